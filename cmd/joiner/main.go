@@ -1,0 +1,65 @@
+// Command joiner joins two co-partitioned Kafka topics locally.
+//
+// Each subcommand lives in its own file and only parses flags and wires
+// packages together:
+//
+//	joiner run        one worker (group member, state, join, HTTP)
+//	joiner loadgen    produce ticks and notifications keyed by symbol
+//	joiner demo       embedded broker + workers + loadgen, with a report
+//	joiner assign     the co-partition planner on JSON input
+//	joiner partition  Kafka's murmur2 partition of keys
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand. It returns the process exit status:
+// 0 on success, 1 on a runtime failure and 2 on a usage error.
+type command struct {
+	summary string
+	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"run":       {"run one worker of the consumer group", runWorker},
+		"loadgen":   {"produce ticks and notifications keyed by symbol", runLoadgen},
+		"demo":      {"run workers and the load generator on an embedded broker", runDemo},
+		"assign":    {"compute a sticky co-partition assignment from JSON", runAssign},
+		"partition": {"print Kafka's murmur2 partition of each key", runPartition},
+	}
+}
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "joiner: unknown command %q (try: joiner help)\n", args[0])
+		return 2
+	}
+	return c.run(args[1:], stdin, stdout, stderr)
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: joiner <command> [flags]")
+	fmt.Fprintln(w)
+	for _, name := range []string{"demo", "run", "loadgen", "assign", "partition"} {
+		fmt.Fprintf(w, "  %-10s %s\n", name, cmds[name].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'joiner <command> -h' for the flags of a command.")
+}
