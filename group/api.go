@@ -1,0 +1,111 @@
+// Package group runs joiner's own consumer-group membership loop on top of
+// kafka-go's Client: FindCoordinator, JoinGroup (with a group instance id),
+// SyncGroup, Heartbeat, LeaveGroup, OffsetFetch and OffsetCommit.
+//
+// The elected leader plans the assignment over partition indexes (tasks):
+// every member that owns task p receives partition p of every configured
+// topic. Members act only on the assignment carried by their own SyncGroup
+// response, never on a plan they computed themselves.
+//
+// The package knows nothing about prices or Pebble.
+package group
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Assignor names accepted in Config.Assignor.
+const (
+	// AssignorCopartition gives each partition index (a task) of all topics
+	// to one member, balanced and sticky (the copartition planner).
+	AssignorCopartition = "copartition"
+	// AssignorRoundRobin deals every topic-partition from one flat list, as
+	// kafka-go's RoundRobinGroupBalancer does. It does not co-locate.
+	AssignorRoundRobin = "roundrobin"
+	// AssignorRange assigns per topic, as kafka-go's RangeGroupBalancer does.
+	// It co-locates equal partition numbers but is not sticky.
+	AssignorRange = "range"
+)
+
+// Config configures a Member. Zero durations take the defaults shown.
+type Config struct {
+	// Brokers are bootstrap addresses, host:port. Required unless Client is set.
+	Brokers []string
+	// Client, when set, is used for every request instead of one built from
+	// Brokers.
+	Client *kafka.Client
+
+	// GroupID is the consumer group. Required.
+	GroupID string
+	// InstanceID is the stable identity of this member (a pod name). The
+	// planner orders and compares members by it. Required.
+	InstanceID string
+	// QueryAddr is host:port of this member's HTTP listener, published to
+	// the other members in the owner map.
+	QueryAddr string
+
+	// Topics are the co-partitioned topics. Topics[0] is the state topic:
+	// Assignment.Owners tells who was assigned each of its partitions.
+	// Required, at least one.
+	Topics []string
+
+	// Assignor selects the leader's plan. Default: AssignorCopartition.
+	Assignor string
+
+	// SessionTimeout. Default: 10s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout bounds a rebalance and a clean leave. Default: 30s.
+	RebalanceTimeout time.Duration
+	// HeartbeatInterval. Default: 1s (and at most SessionTimeout/3).
+	HeartbeatInterval time.Duration
+
+	// Handler receives assignment and rebalance events. Required.
+	Handler Handler
+
+	// Logger. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Owner is the member assigned one partition of the state topic.
+type Owner struct {
+	InstanceID string
+	Addr       string // its QueryAddr
+}
+
+// Assignment is what one member received for one generation.
+type Assignment struct {
+	Generation int32
+	MemberID   string
+	Leader     bool // this member computed the plan for this generation
+
+	// Partitions is the partition count of every topic (they are equal).
+	Partitions int
+	// Topics maps each configured topic to the partitions of it assigned to
+	// this member, ascending. With AssignorCopartition every topic has the
+	// same list: this member's tasks.
+	Topics map[string][]int
+	// Owners[p] is the member assigned partition p of Topics[0] (the state
+	// topic); the zero Owner when nobody is.
+	Owners []Owner
+	// Moved is the number of tasks whose owner changed, as the leader's plan
+	// reported it (0 for the non-sticky assignors).
+	Moved int
+}
+
+// Handler receives a member's events. Calls come from the membership
+// goroutine, one at a time, in order.
+type Handler interface {
+	// Assigned delivers the assignment of a new generation. The handler
+	// starts the tasks that are new, stops those that are gone and keeps the
+	// others running untouched. It should return promptly: heartbeats wait
+	// for it.
+	Assigned(ctx context.Context, a Assignment)
+	// Rebalancing is called when a rebalance starts and before the member
+	// leaves, while the current generation can still commit: the handler
+	// commits what it has processed (through Member.Commit).
+	Rebalancing(ctx context.Context)
+}
