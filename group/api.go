@@ -66,6 +66,14 @@ type Config struct {
 	// Handler receives assignment and rebalance events. Required.
 	Handler Handler
 
+	// Owned, when set, returns the tasks (partition indexes) for which this
+	// member holds local state. Until the member has received its first
+	// assignment (e.g. right after a restart) they are reported to the
+	// leader as the tasks it owns, so stickiness survives restarts; after
+	// that the tasks of the latest assignment are reported. Optional; it is
+	// called from the membership goroutine before each JoinGroup.
+	Owned func() []int
+
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -92,8 +100,15 @@ type Assignment struct {
 	// topic); the zero Owner when nobody is.
 	Owners []Owner
 	// Moved is the number of tasks whose owner changed, as the leader's plan
-	// reported it (0 for the non-sticky assignors).
+	// reported it. For the non-sticky assignors the leader counts the
+	// partitions of Topics[0] whose owner differs from the one reported in
+	// the subscriptions (a partition nobody reported counts as moved).
 	Moved int
+
+	// Error is non-empty when the leader could not plan (for instance the
+	// topics are not co-partitioned; the text names each topic and its
+	// count). Every member then receives no partitions.
+	Error string
 }
 
 // Handler receives a member's events. Calls come from the membership

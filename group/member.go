@@ -1,0 +1,689 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+const (
+	protocolType = "consumer"
+
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 5 * time.Second
+
+	// metadataCheckEvery is how often the planning leader compares the
+	// topics' partition counts with the ones it planned for.
+	metadataCheckEvery = 10 * time.Second
+)
+
+// Member is one member of the consumer group. Create it with New, run it
+// with Run. Commit, FetchOffsets and Current are safe for concurrent use with
+// Run and with each other.
+type Member struct {
+	cfg    Config
+	client *kafka.Client
+	own    *kafka.Transport // the transport New built, closed when Run returns; nil with Config.Client
+	log    *slog.Logger
+
+	started atomic.Bool
+
+	mu         sync.Mutex
+	gen        generation // the generation Commit uses; valid between SyncGroup and the start of a rebalance
+	current    Assignment
+	hasCurrent bool
+
+	// Test hooks.
+	encodeSub func(subscription) ([]byte, error) // encoder of this member's subscription user data
+	abandoned atomic.Bool                        // stop heartbeating, never leave (a hung process)
+}
+
+type generation struct {
+	id       int32
+	memberID string
+	valid    bool
+}
+
+// New validates cfg, fills its defaults and returns a Member that has not
+// yet joined. It does no I/O.
+func New(cfg Config) (*Member, error) {
+	cfg.Topics = slices.Clone(cfg.Topics)
+	switch {
+	case cfg.GroupID == "":
+		return nil, errors.New("group: Config.GroupID is required")
+	case cfg.InstanceID == "":
+		return nil, errors.New("group: Config.InstanceID is required (static membership)")
+	case len(cfg.InstanceID) > maxIDLen:
+		return nil, fmt.Errorf("group: Config.InstanceID is %d bytes, the limit is %d", len(cfg.InstanceID), maxIDLen)
+	case len(cfg.QueryAddr) > maxAddrLen:
+		return nil, fmt.Errorf("group: Config.QueryAddr is %d bytes, the limit is %d", len(cfg.QueryAddr), maxAddrLen)
+	case len(cfg.Topics) == 0:
+		return nil, errors.New("group: Config.Topics needs at least one topic")
+	case cfg.Handler == nil:
+		return nil, errors.New("group: Config.Handler is required")
+	case cfg.Client == nil && len(cfg.Brokers) == 0:
+		return nil, errors.New("group: Config.Brokers or Config.Client is required")
+	case cfg.SessionTimeout < 0 || cfg.RebalanceTimeout < 0 || cfg.HeartbeatInterval < 0:
+		return nil, errors.New("group: negative timeout in Config")
+	}
+	seen := map[string]bool{}
+	for _, t := range cfg.Topics {
+		if t == "" || seen[t] {
+			return nil, fmt.Errorf("group: Config.Topics %q: empty or repeated topic", cfg.Topics)
+		}
+		seen[t] = true
+	}
+	switch cfg.Assignor {
+	case "":
+		cfg.Assignor = AssignorCopartition
+	case AssignorCopartition, AssignorRoundRobin, AssignorRange:
+	default:
+		return nil, fmt.Errorf("group: unknown Config.Assignor %q (want %s, %s or %s)",
+			cfg.Assignor, AssignorCopartition, AssignorRoundRobin, AssignorRange)
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
+	if cfg.RebalanceTimeout == 0 {
+		cfg.RebalanceTimeout = 30 * time.Second
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = min(time.Second, cfg.SessionTimeout/3)
+	}
+	if cfg.HeartbeatInterval > cfg.SessionTimeout/3 {
+		return nil, fmt.Errorf("group: Config.HeartbeatInterval %v is more than a third of SessionTimeout %v",
+			cfg.HeartbeatInterval, cfg.SessionTimeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Member{
+		cfg:       cfg,
+		client:    cfg.Client,
+		log:       cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
+		encodeSub: encodeSubscription,
+	}
+	if m.client == nil {
+		m.own = &kafka.Transport{}
+		m.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: m.own}
+	}
+	return m, nil
+}
+
+// Current returns the latest assignment delivered to Handler.Assigned and
+// true, or false before the first one. It stays the latest while a
+// rebalance runs (its owner map is still the best knowledge of who owns
+// what). The returned maps and slices are shared: do not modify them.
+func (m *Member) Current() (Assignment, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.current, m.hasCurrent
+}
+
+// Run joins the group and stays in it until ctx is cancelled or a fatal
+// error occurs. It is blocking and single use.
+//
+// Sequencing, all on Run's goroutine: after each SyncGroup, the new
+// generation becomes the one Commit uses, then Handler.Assigned is called,
+// then heartbeats start. When a heartbeat reports a rebalance, heartbeats
+// stop, Handler.Rebalancing is called (Commit still uses the old generation,
+// which the coordinator accepts while it prepares the rebalance), then the
+// generation is dropped (Commit returns ErrRebalancing) and the member
+// rejoins. Every Assigned is followed by exactly one Rebalancing before the
+// next Assigned or before Run returns; when the membership was already lost
+// (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, fenced, heartbeats failing for a
+// session timeout) the generation is dropped before Rebalancing is called,
+// so its commits fail with ErrRebalancing.
+//
+// On cancellation Run calls Handler.Rebalancing with a context bounded by
+// Config.RebalanceTimeout (not the cancelled ctx), sends LeaveGroup with the
+// instance id (also bounded by RebalanceTimeout) and returns nil when the
+// leave succeeded, an error when it did not (the coordinator then drops the
+// member after the session timeout). It returns an error wrapping ErrFenced
+// when another process took over the instance id, and an error for
+// configuration problems the coordinator rejects.
+func (m *Member) Run(ctx context.Context) error {
+	if !m.started.CompareAndSwap(false, true) {
+		return errors.New("group: Member.Run called more than once")
+	}
+	if m.own != nil {
+		defer m.own.CloseIdleConnections()
+	}
+	m.log.Info("group: starting", "topics", m.cfg.Topics, "assignor", m.cfg.Assignor,
+		"session_timeout", m.cfg.SessionTimeout, "rebalance_timeout", m.cfg.RebalanceTimeout)
+
+	var (
+		memberID string
+		retry    backoff
+	)
+	for {
+		if ctx.Err() != nil {
+			return m.leave(ctx, memberID)
+		}
+		coord, err := m.findCoordinator(ctx)
+		if err == nil {
+			var a Assignment
+			a, err = m.join(ctx, &memberID)
+			if err == nil {
+				retry.reset()
+				err = m.hold(ctx, a, memberID, coord)
+				if err == nil { // cancelled, Rebalancing done
+					return m.leave(ctx, memberID)
+				}
+			}
+		}
+		if m.abandoned.Load() {
+			<-ctx.Done()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return m.leave(ctx, memberID)
+		}
+		switch classify(err) {
+		case actRejoin:
+			m.log.Info("group: rejoining", "reason", err)
+		case actReset:
+			m.log.Info("group: rejoining with a new member id", "reason", err, "member", memberID)
+			memberID = ""
+		case actFatal:
+			if errors.Is(err, kafka.FencedInstanceID) {
+				err = fmt.Errorf("%w (instance %q, group %q): %w", ErrFenced, m.cfg.InstanceID, m.cfg.GroupID, err)
+			}
+			m.log.Error("group: stopping", "err", err)
+			return err
+		case actBackoff:
+			d := retry.next()
+			m.log.Warn("group: retrying", "err", err, "in", d)
+			if !sleep(ctx, d) {
+				return m.leave(ctx, memberID)
+			}
+		}
+	}
+}
+
+// hold delivers a, heartbeats until the generation ends, and calls
+// Rebalancing. It returns nil when ctx was cancelled, otherwise why the
+// generation ended.
+func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord net.Addr) error {
+	m.mu.Lock()
+	m.gen = generation{id: a.Generation, memberID: memberID, valid: true}
+	m.current, m.hasCurrent = a, true
+	m.mu.Unlock()
+
+	m.cfg.Handler.Assigned(ctx, a)
+	err := m.heartbeat(ctx, a, memberID, coord)
+	if m.abandoned.Load() {
+		return err
+	}
+	lost := err != nil && !errors.Is(err, kafka.RebalanceInProgress) && !errors.Is(err, errMetadataChanged)
+	if lost {
+		m.dropGeneration()
+		m.log.Warn("group: membership lost", "generation", a.Generation, "err", err)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
+	m.cfg.Handler.Rebalancing(rctx)
+	cancel()
+	m.dropGeneration()
+	return err
+}
+
+func (m *Member) dropGeneration() {
+	m.mu.Lock()
+	m.gen.valid = false
+	m.mu.Unlock()
+}
+
+// heartbeat sends heartbeats every HeartbeatInterval. It returns nil when
+// ctx is cancelled, kafka.RebalanceInProgress when a rebalance starts, and
+// other errors when the membership is lost. Coordinator and connection
+// errors are retried (finding the coordinator again) for up to a session
+// timeout.
+func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, coord net.Addr) error {
+	tick := time.NewTicker(m.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	lastOK := time.Now()
+	lastCheck := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if m.abandoned.Load() {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		if a.Leader && time.Since(lastCheck) >= metadataCheckEvery {
+			lastCheck = time.Now()
+			if err := m.checkMetadata(ctx, a); err != nil {
+				return err
+			}
+		}
+		err := m.sendHeartbeat(ctx, a.Generation, memberID, coord)
+		switch {
+		case err == nil:
+			lastOK = time.Now()
+			continue
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, kafka.RebalanceInProgress):
+			m.log.Info("group: rebalance started", "generation", a.Generation)
+			return err
+		case classify(err) != actBackoff:
+			return err
+		}
+		if time.Since(lastOK) >= m.cfg.SessionTimeout {
+			return fmt.Errorf("%w: %w", errSessionLost, err)
+		}
+		m.log.Warn("group: heartbeat failed, finding the coordinator again", "err", err)
+		if c, ferr := m.findCoordinator(ctx); ferr == nil {
+			coord = c
+		}
+	}
+}
+
+func (m *Member) sendHeartbeat(ctx context.Context, gen int32, memberID string, coord net.Addr) error {
+	hctx, cancel := context.WithTimeout(ctx, m.cfg.SessionTimeout)
+	defer cancel()
+	// kafka-go's Transport routes JoinGroup, SyncGroup, LeaveGroup and the
+	// offset requests to the coordinator itself, but not Heartbeat: it is
+	// sent to the coordinator's address found by FindCoordinator.
+	resp, err := m.client.Heartbeat(hctx, &kafka.HeartbeatRequest{
+		Addr:            coord,
+		GroupID:         m.cfg.GroupID,
+		GenerationID:    gen,
+		MemberID:        memberID,
+		GroupInstanceID: m.cfg.InstanceID,
+	})
+	if err != nil {
+		return fmt.Errorf("group %q: heartbeat: %w", m.cfg.GroupID, err)
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("group %q: heartbeat: %w", m.cfg.GroupID, resp.Error)
+	}
+	return nil
+}
+
+// checkMetadata returns errMetadataChanged when the topics' partition counts
+// differ from the ones the leader planned for (or the leader could not plan
+// and the topics may have been fixed since).
+func (m *Member) checkMetadata(ctx context.Context, a Assignment) error {
+	counts, err := m.partitionCounts(ctx)
+	if err != nil {
+		m.log.Warn("group: metadata check failed", "err", err)
+		return nil
+	}
+	p, planErr := checkCounts(m.cfg.Topics, counts)
+	changed := a.Error == "" && (planErr != nil || p != a.Partitions) || // planned, now different
+		a.Error != "" && planErr == nil // could not plan, now fixed
+	if changed {
+		m.log.Info("group: topic partition counts changed, rejoining to replan",
+			"counts", counts, "planned_partitions", a.Partitions)
+		return errMetadataChanged
+	}
+	return nil
+}
+
+func (m *Member) findCoordinator(ctx context.Context) (net.Addr, error) {
+	fctx, cancel := context.WithTimeout(ctx, m.cfg.SessionTimeout)
+	defer cancel()
+	resp, err := m.client.FindCoordinator(fctx, &kafka.FindCoordinatorRequest{
+		Key:     m.cfg.GroupID,
+		KeyType: kafka.CoordinatorKeyTypeConsumer,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group %q: find coordinator: %w", m.cfg.GroupID, err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("group %q: find coordinator: %w", m.cfg.GroupID, resp.Error)
+	}
+	c := resp.Coordinator
+	return kafka.TCP(net.JoinHostPort(c.Host, strconv.Itoa(c.Port))), nil
+}
+
+// ownedTasks is what the subscription reports: the tasks of the latest
+// assignment, or Config.Owned before the first one.
+func (m *Member) ownedTasks() []int {
+	m.mu.Lock()
+	cur, ok := m.current, m.hasCurrent
+	m.mu.Unlock()
+	if ok {
+		return cur.Topics[m.cfg.Topics[0]]
+	}
+	if m.cfg.Owned != nil {
+		return m.cfg.Owned()
+	}
+	return nil
+}
+
+// join runs JoinGroup and SyncGroup and returns this member's assignment,
+// decoded from its own SyncGroup response. *memberID is updated from the
+// JoinGroup response.
+func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error) {
+	owned := normalizeTasks(m.ownedTasks())
+	owned = slices.DeleteFunc(owned, func(t int) bool { return t < 0 || t >= maxTasks })
+	userData, err := m.encodeSub(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned})
+	if err != nil {
+		return Assignment{}, fmt.Errorf("group %q: encode subscription: %w", m.cfg.GroupID, err)
+	}
+	bound := m.cfg.RebalanceTimeout + m.cfg.SessionTimeout
+	jctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	m.log.Debug("group: joining", "member", *memberID, "owned", owned)
+	jresp, err := m.client.JoinGroup(jctx, &kafka.JoinGroupRequest{
+		GroupID:          m.cfg.GroupID,
+		SessionTimeout:   m.cfg.SessionTimeout,
+		RebalanceTimeout: m.cfg.RebalanceTimeout,
+		MemberID:         *memberID,
+		GroupInstanceID:  m.cfg.InstanceID,
+		ProtocolType:     protocolType,
+		Protocols: []kafka.GroupProtocol{{
+			Name: m.cfg.Assignor,
+			Metadata: kafka.GroupProtocolSubscription{
+				Topics:   m.cfg.Topics,
+				UserData: userData,
+				// Only the state topic: kafka-go encodes this map in
+				// random order, and the coordinator compares metadata
+				// bytes to let a static member rejoin without a
+				// rebalance. The tasks are the same for every topic.
+				OwnedPartitions: map[string][]int{m.cfg.Topics[0]: owned},
+			},
+		}},
+	})
+	if err != nil {
+		return Assignment{}, fmt.Errorf("group %q: join: %w", m.cfg.GroupID, err)
+	}
+	if jresp.Error != nil {
+		if errors.Is(jresp.Error, kafka.MemberIDRequired) && jresp.MemberID != "" {
+			*memberID = jresp.MemberID
+		}
+		return Assignment{}, fmt.Errorf("group %q: join: %w", m.cfg.GroupID, jresp.Error)
+	}
+	*memberID = jresp.MemberID
+	leader := jresp.LeaderID == jresp.MemberID
+	m.log.Info("group: joined", "generation", jresp.GenerationID, "member", jresp.MemberID,
+		"leader", leader, "protocol", jresp.ProtocolName, "members", len(jresp.Members))
+
+	var assignments []kafka.SyncGroupRequestAssignment
+	if leader {
+		// kfake may tell every member of a generation that it leads when
+		// the previous leader was dropped; each then plans and sends its
+		// plan, and only the coordinator's chosen leader's counts. The
+		// plans are identical, and members act only on their own
+		// SyncGroup response.
+		assignments, err = m.lead(jctx, jresp)
+		if err != nil {
+			return Assignment{}, err
+		}
+	}
+	sresp, err := m.client.SyncGroup(jctx, &kafka.SyncGroupRequest{
+		GroupID:         m.cfg.GroupID,
+		GenerationID:    jresp.GenerationID,
+		MemberID:        jresp.MemberID,
+		GroupInstanceID: m.cfg.InstanceID,
+		ProtocolType:    protocolType,
+		ProtocolName:    jresp.ProtocolName,
+		Assignments:     assignments,
+	})
+	if err != nil {
+		if isTransportError(err) {
+			return Assignment{}, fmt.Errorf("group %q: sync generation %d: %w: %w", m.cfg.GroupID, jresp.GenerationID, errSyncClosed, err)
+		}
+		return Assignment{}, fmt.Errorf("group %q: sync generation %d: %w", m.cfg.GroupID, jresp.GenerationID, err)
+	}
+	if sresp.Error != nil {
+		return Assignment{}, fmt.Errorf("group %q: sync generation %d: %w", m.cfg.GroupID, jresp.GenerationID, sresp.Error)
+	}
+	a := m.decodeOwn(int32(jresp.GenerationID), jresp.MemberID, sresp.Assignment)
+	tasks := a.Topics[m.cfg.Topics[0]]
+	if a.Error != "" {
+		m.log.Error("group: the leader could not plan; this member has no tasks",
+			"generation", a.Generation, "leader_error", a.Error)
+	}
+	m.log.Info("group: assigned", "generation", a.Generation, "leader", a.Leader,
+		"tasks", tasks, "partitions", a.Partitions, "moved", a.Moved)
+	return a, nil
+}
+
+// decodeOwn builds this member's Assignment from its SyncGroup response.
+func (m *Member) decodeOwn(gen int32, memberID string, ga kafka.GroupProtocolAssignment) Assignment {
+	a := Assignment{
+		Generation: gen,
+		MemberID:   memberID,
+		Topics:     make(map[string][]int, len(m.cfg.Topics)),
+	}
+	for _, t := range m.cfg.Topics {
+		a.Topics[t] = normalizeTasks(ga.AssignedPartitions[t])
+	}
+	for t := range ga.AssignedPartitions {
+		if !slices.Contains(m.cfg.Topics, t) {
+			m.log.Warn("group: assignment names a topic this member does not consume", "topic", t)
+		}
+	}
+	ad, err := decodeAssignment(ga.UserData)
+	if err != nil {
+		m.log.Error("group: undecodable assignment user data; no owner map", "generation", gen, "err", err)
+		return a
+	}
+	a.Partitions = ad.Partitions
+	a.Owners = ad.owners()
+	a.Moved = ad.Moved
+	a.Leader = ad.Leader == m.cfg.InstanceID
+	a.Error = ad.Err
+	return a
+}
+
+// lead computes every member's assignment for a JoinGroup response that
+// names this member the leader.
+func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]kafka.SyncGroupRequestAssignment, error) {
+	counts, err := m.partitionCounts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("group %q: leader: %w", m.cfg.GroupID, err)
+	}
+	members := decodeMembers(jresp.Members)
+	for _, jm := range members {
+		if jm.SubErr != nil {
+			m.log.Warn("group: undecodable subscription user data; the member is treated as owning nothing",
+				"member", jm.MemberID, "member_instance", jm.InstanceID, "err", jm.SubErr)
+		} else if jm.Sub.InstanceID != jm.InstanceID {
+			m.log.Warn("group: subscription instance id differs from the coordinator's",
+				"member", jm.MemberID, "coordinator", jm.InstanceID, "subscription", jm.Sub.InstanceID)
+		}
+	}
+	out, err := computePlan(planInput{
+		Assignor: jresp.ProtocolName,
+		Topics:   m.cfg.Topics,
+		Counts:   counts,
+		Leader:   m.cfg.InstanceID,
+		Members:  members,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group %q: leader: %w", m.cfg.GroupID, err)
+	}
+	for _, w := range out.Warnings {
+		m.log.Warn("group: leader: " + w)
+	}
+	if out.Err != nil {
+		m.log.Error("group: leader cannot plan; every member gets no tasks",
+			"generation", jresp.GenerationID, "err", out.Err, "counts", counts)
+	} else {
+		m.log.Info("group: leader planned", "generation", jresp.GenerationID,
+			"assignor", jresp.ProtocolName, "tasks", out.Tasks, "moved", out.Moved)
+	}
+	assignments := make([]kafka.SyncGroupRequestAssignment, 0, len(out.Assignments))
+	for id, ga := range out.Assignments {
+		assignments = append(assignments, kafka.SyncGroupRequestAssignment{MemberID: id, Assignment: ga})
+	}
+	return assignments, nil
+}
+
+// partitionCounts returns the partition count of every configured topic that
+// exists.
+func (m *Member) partitionCounts(ctx context.Context) (map[string]int, error) {
+	md, err := m.client.Metadata(ctx, &kafka.MetadataRequest{Topics: m.cfg.Topics})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	counts := make(map[string]int, len(md.Topics))
+	for _, t := range md.Topics {
+		switch {
+		case t.Error == nil:
+			counts[t.Name] = len(t.Partitions)
+		case errors.Is(t.Error, kafka.UnknownTopicOrPartition):
+			// missing: the plan reports it
+		default:
+			return nil, fmt.Errorf("metadata of topic %q: %w", t.Name, t.Error)
+		}
+	}
+	return counts, nil
+}
+
+// leave sends LeaveGroup, bounded by RebalanceTimeout. Rebalancing was
+// already called by the time it runs.
+func (m *Member) leave(ctx context.Context, memberID string) error {
+	m.dropGeneration()
+	if memberID == "" {
+		m.log.Info("group: stopped before joining")
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
+	defer cancel()
+	resp, err := m.client.LeaveGroup(lctx, &kafka.LeaveGroupRequest{
+		GroupID: m.cfg.GroupID,
+		Members: []kafka.LeaveGroupRequestMember{{ID: memberID, GroupInstanceID: m.cfg.InstanceID}},
+	})
+	if err == nil {
+		err = resp.Error
+	}
+	if err == nil {
+		for _, r := range resp.Members {
+			if r.Error != nil {
+				err = r.Error
+			}
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("group %q: leave (instance %q): %w", m.cfg.GroupID, m.cfg.InstanceID, err)
+		m.log.Warn("group: leave failed; the coordinator drops the member after the session timeout", "err", err)
+		return err
+	}
+	m.log.Info("group: left", "member", memberID)
+	return nil
+}
+
+// Commit commits offsets (topic → partition → next offset to read, the
+// Kafka convention) with the current generation, member id and instance id.
+// It returns an error wrapping ErrRebalancing when the member holds no
+// current generation or the coordinator says the generation is over; see
+// ErrRebalancing. Safe for concurrent use with Run.
+func (m *Member) Commit(ctx context.Context, offsets map[string]map[int]int64) error {
+	m.mu.Lock()
+	g := m.gen
+	m.mu.Unlock()
+	if !g.valid {
+		return fmt.Errorf("group %q: commit: %w", m.cfg.GroupID, ErrRebalancing)
+	}
+	return m.commit(ctx, g, offsets)
+}
+
+func (m *Member) commit(ctx context.Context, g generation, offsets map[string]map[int]int64) error {
+	topics := make(map[string][]kafka.OffsetCommit, len(offsets))
+	for t, parts := range offsets {
+		for p, off := range parts {
+			topics[t] = append(topics[t], kafka.OffsetCommit{Partition: p, Offset: off})
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	resp, err := m.client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
+		GroupID:      m.cfg.GroupID,
+		GenerationID: int(g.id),
+		MemberID:     g.memberID,
+		InstanceID:   m.cfg.InstanceID,
+		Topics:       topics,
+	})
+	if err != nil {
+		return fmt.Errorf("group %q: commit generation %d: %w", m.cfg.GroupID, g.id, err)
+	}
+	var first error
+	for t, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error == nil {
+				continue
+			}
+			if isRebalanceError(p.Error) {
+				return fmt.Errorf("group %q: commit generation %d: %w: %w", m.cfg.GroupID, g.id, ErrRebalancing, p.Error)
+			}
+			if first == nil {
+				first = fmt.Errorf("group %q: commit %s-%d: %w", m.cfg.GroupID, t, p.Partition, p.Error)
+			}
+		}
+	}
+	return first
+}
+
+// FetchOffsets returns the committed offsets (next offset to read) of the
+// given partitions of topic, -1 for partitions with no committed offset.
+func (m *Member) FetchOffsets(ctx context.Context, topic string, partitions []int) (map[int]int64, error) {
+	out := make(map[int]int64, len(partitions))
+	if len(partitions) == 0 {
+		return out, nil
+	}
+	resp, err := m.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{
+		GroupID: m.cfg.GroupID,
+		Topics:  map[string][]int{topic: partitions},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group %q: fetch offsets of %q: %w", m.cfg.GroupID, topic, err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("group %q: fetch offsets of %q: %w", m.cfg.GroupID, topic, resp.Error)
+	}
+	for _, p := range partitions {
+		out[p] = -1
+	}
+	for _, p := range resp.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("group %q: fetch offset of %s-%d: %w", m.cfg.GroupID, topic, p.Partition, p.Error)
+		}
+		if _, asked := out[p.Partition]; asked {
+			out[p.Partition] = max(p.CommittedOffset, -1)
+		}
+	}
+	return out, nil
+}
+
+// backoff is a bounded exponential backoff with full jitter.
+type backoff struct{ n int }
+
+func (b *backoff) reset() { b.n = 0 }
+
+func (b *backoff) next() time.Duration {
+	d := backoffMin << min(b.n, 10)
+	b.n++
+	d = min(d, backoffMax)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx is done; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,258 @@
+package group
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// taskPlan mirrors copartition.Plan: tasks per member id, every member
+// present, ascending lists, and how many tasks changed owner.
+type taskPlan struct {
+	Assignment map[string][]int
+	Moved      int
+}
+
+// taskPlanner is the co-partition planner the leader calls: validate checks
+// partition counts, assign is the balanced-then-sticky recipe keyed by stable
+// member ids (instance ids here).
+type taskPlanner struct {
+	validate func(topics map[string]int) error
+	assign   func(partitions int, members []string, previous map[string][]int) (taskPlan, error)
+}
+
+// joinedMember is one member of a JoinGroup response as the leader sees it.
+type joinedMember struct {
+	MemberID   string
+	InstanceID string // the broker's group instance id, else the subscription's, else the member id
+	Sub        subscription
+	SubErr     error // the subscription user data did not decode: owns nothing
+}
+
+// planInput is everything the leader's computation depends on. It does no
+// I/O, so it is tested without a broker.
+type planInput struct {
+	Assignor string
+	Topics   []string       // Config.Topics; Topics[0] is the state topic
+	Counts   map[string]int // partition count per topic, from metadata; a missing topic is unknown
+	Leader   string         // instance id of the planning member
+	Members  []joinedMember
+}
+
+// planOutput is the leader's answer.
+type planOutput struct {
+	// Assignments is keyed by member id, one entry per member.
+	Assignments map[string]kafka.GroupProtocolAssignment
+	// Tasks is the list of Topics[0] partitions per instance id.
+	Tasks map[string][]int
+	// Moved is the number of Topics[0] partitions whose owner changed from
+	// the owner reported in the subscriptions.
+	Moved int
+	// Err is why the leader could not plan; every member then gets an empty
+	// assignment carrying its text.
+	Err error
+	// Warnings are problems the plan worked around (e.g. a planner error on
+	// the reported previous owners), for the leader's log.
+	Warnings []string
+}
+
+// computePlan is the leader's pure assignment computation.
+func computePlan(in planInput) (planOutput, error) {
+	if len(in.Topics) == 0 {
+		return planOutput{}, errors.New("group: plan: no topics")
+	}
+	members := slices.Clone(in.Members)
+	slices.SortFunc(members, func(a, b joinedMember) int {
+		return cmp.Or(cmp.Compare(a.InstanceID, b.InstanceID), cmp.Compare(a.MemberID, b.MemberID))
+	})
+	out := planOutput{
+		Assignments: make(map[string]kafka.GroupProtocolAssignment, len(members)),
+		Tasks:       make(map[string][]int, len(members)),
+	}
+	if len(members) == 0 {
+		return out, nil
+	}
+
+	table := make([]Owner, len(members))
+	index := make(map[string]uint32, len(members)) // instance id -> table index + 1
+	ids := make([]string, len(members))
+	for i, m := range members {
+		table[i] = Owner{InstanceID: m.InstanceID, Addr: m.Sub.Addr}
+		ids[i] = m.InstanceID
+		if _, dup := index[m.InstanceID]; dup {
+			return planOutput{}, fmt.Errorf("group: plan: instance id %q appears twice", m.InstanceID)
+		}
+		index[m.InstanceID] = uint32(i + 1)
+	}
+
+	partitions, err := checkCounts(in.Topics, in.Counts)
+	if err != nil {
+		out.Err = err
+		ud, encErr := encodeAssignment(assignmentData{Leader: in.Leader, Members: table, Err: err.Error()})
+		if encErr != nil {
+			return planOutput{}, encErr
+		}
+		for _, m := range members {
+			out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: map[string][]int{}, UserData: ud}
+		}
+		return out, nil
+	}
+
+	// Previous owners, from the subscriptions, restricted to real tasks.
+	previous := make(map[string][]int, len(members))
+	prevOwner := make([]string, partitions)
+	for _, m := range members {
+		var owned []int
+		for _, p := range m.Sub.Owned {
+			if p >= 0 && p < partitions {
+				owned = append(owned, p)
+				if prevOwner[p] == "" {
+					prevOwner[p] = m.InstanceID
+				}
+			}
+		}
+		if len(owned) != len(m.Sub.Owned) {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("member %q reported tasks outside [0, %d); ignored them", m.InstanceID, partitions))
+		}
+		if len(owned) > 0 {
+			previous[m.InstanceID] = owned
+		}
+	}
+
+	// perTopic[instance][topic] = partitions
+	perTopic := make(map[string]map[string][]int, len(members))
+	for _, id := range ids {
+		perTopic[id] = map[string][]int{}
+	}
+	switch in.Assignor {
+	case AssignorCopartition, "":
+		plan, err := planner.assign(partitions, ids, previous)
+		if err != nil {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("planner rejected the reported owned tasks (%v); planned from scratch", err))
+			plan, err = planner.assign(partitions, ids, nil)
+		}
+		if err != nil {
+			return planOutput{}, fmt.Errorf("group: plan: %w", err)
+		}
+		for id, tasks := range plan.Assignment {
+			if _, ok := perTopic[id]; !ok {
+				return planOutput{}, fmt.Errorf("group: plan: planner assigned tasks to unknown member %q", id)
+			}
+			for _, t := range in.Topics {
+				perTopic[id][t] = slices.Clone(tasks)
+			}
+		}
+		out.Moved = plan.Moved
+	case AssignorRoundRobin:
+		// One flat list of every topic-partition, topics by name and then
+		// partitions ascending, dealt in turn to the members sorted by
+		// instance id (the Java RoundRobinAssignor's order).
+		topics := slices.Clone(in.Topics)
+		sort.Strings(topics)
+		topics = slices.Compact(topics)
+		i := 0
+		for _, t := range topics {
+			for p := range partitions {
+				id := ids[i%len(ids)]
+				perTopic[id][t] = append(perTopic[id][t], p)
+				i++
+			}
+		}
+	case AssignorRange:
+		// Per topic, member i of M (sorted by instance id) gets the
+		// partitions [i*P/M, (i+1)*P/M), as kafka-go's RangeGroupBalancer.
+		for _, t := range in.Topics {
+			for i, id := range ids {
+				for p := i * partitions / len(ids); p < (i+1)*partitions/len(ids); p++ {
+					perTopic[id][t] = append(perTopic[id][t], p)
+				}
+			}
+		}
+	default:
+		return planOutput{}, fmt.Errorf("group: plan: unknown assignor %q", in.Assignor)
+	}
+
+	owners := make([]uint32, partitions)
+	for id, byTopic := range perTopic {
+		for _, p := range byTopic[in.Topics[0]] {
+			owners[p] = index[id]
+		}
+		out.Tasks[id] = byTopic[in.Topics[0]]
+	}
+	if in.Assignor == AssignorRoundRobin || in.Assignor == AssignorRange {
+		for p, o := range owners {
+			if o == 0 || table[o-1].InstanceID != prevOwner[p] {
+				out.Moved++
+			}
+		}
+	}
+
+	ud, err := encodeAssignment(assignmentData{
+		Moved:      out.Moved,
+		Partitions: partitions,
+		Leader:     in.Leader,
+		Members:    table,
+		Owners:     owners,
+	})
+	if err != nil {
+		return planOutput{}, err
+	}
+	for _, m := range members {
+		assigned := make(map[string][]int, len(in.Topics))
+		for t, ps := range perTopic[m.InstanceID] {
+			if len(ps) > 0 {
+				assigned[t] = ps
+			}
+		}
+		out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: assigned, UserData: ud}
+	}
+	return out, nil
+}
+
+// checkCounts returns the common partition count of topics, or an error that
+// names every topic with its count.
+func checkCounts(topics []string, counts map[string]int) (int, error) {
+	known := make(map[string]int, len(topics))
+	for _, t := range topics {
+		n, ok := counts[t]
+		if !ok {
+			return 0, fmt.Errorf("topic %q does not exist", t)
+		}
+		known[t] = n
+	}
+	if err := planner.validate(known); err != nil {
+		return 0, err
+	}
+	p := known[topics[0]]
+	if p <= 0 {
+		return 0, fmt.Errorf("topic %q has no partitions", topics[0])
+	}
+	if p > maxTasks {
+		return 0, fmt.Errorf("topic %q has %d partitions, more than the %d supported", topics[0], p, maxTasks)
+	}
+	return p, nil
+}
+
+// decodeMembers turns a JoinGroup response's members into joinedMembers.
+// Undecodable user data is recorded in SubErr and means "owns nothing".
+func decodeMembers(members []kafka.JoinGroupResponseMember) []joinedMember {
+	out := make([]joinedMember, 0, len(members))
+	for _, jm := range members {
+		m := joinedMember{MemberID: jm.ID, InstanceID: jm.GroupInstanceID}
+		sub, err := decodeSubscription(jm.Metadata.UserData)
+		if err != nil {
+			m.SubErr = err
+		} else {
+			m.Sub = sub
+		}
+		if m.InstanceID == "" {
+			m.InstanceID = cmp.Or(m.Sub.InstanceID, m.MemberID)
+		}
+		out = append(out, m)
+	}
+	return out
+}

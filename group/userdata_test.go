@@ -1,0 +1,235 @@
+package group
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestSubscriptionRoundTrip(t *testing.T) {
+	for _, s := range []subscription{
+		{},
+		{InstanceID: "pod-0", Addr: "10.0.0.1:8080", Owned: []int{0, 3, 5}},
+		{InstanceID: "x", Owned: []int{maxTasks - 1}},
+		{InstanceID: strings.Repeat("i", maxIDLen), Addr: strings.Repeat("a", maxAddrLen), Owned: []int{0, 1, 2, 1000, 70000}},
+	} {
+		b, err := encodeSubscription(s)
+		if err != nil {
+			t.Fatalf("encode %+v: %v", s, err)
+		}
+		got, err := decodeSubscription(b)
+		if err != nil {
+			t.Fatalf("decode %+v: %v", s, err)
+		}
+		if !reflect.DeepEqual(got, s) {
+			t.Errorf("round trip: got %+v, want %+v", got, s)
+		}
+	}
+}
+
+func TestSubscriptionEncodeNormalizes(t *testing.T) {
+	b, err := encodeSubscription(subscription{InstanceID: "a", Owned: []int{5, 1, 5, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeSubscription(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 3, 5}; !reflect.DeepEqual(got.Owned, want) {
+		t.Errorf("owned = %v, want %v", got.Owned, want)
+	}
+}
+
+func TestSubscriptionEncodeRejects(t *testing.T) {
+	for name, s := range map[string]subscription{
+		"long id":       {InstanceID: strings.Repeat("i", maxIDLen+1)},
+		"long addr":     {Addr: strings.Repeat("a", maxAddrLen+1)},
+		"negative task": {Owned: []int{-1}},
+		"huge task":     {Owned: []int{maxTasks}},
+	} {
+		if _, err := encodeSubscription(s); err == nil {
+			t.Errorf("%s: encoded", name)
+		}
+	}
+}
+
+func TestSubscriptionDecodeRejects(t *testing.T) {
+	huge := binary.AppendUvarint([]byte{1, 0, 0}, 1<<40) // owned count far beyond the bytes
+	for name, b := range map[string][]byte{
+		"empty":            nil,
+		"version 0":        {0, 0, 0, 0},
+		"truncated":        {1, 5, 'a'},
+		"long id":          append(binary.AppendUvarint([]byte{1}, maxIDLen+1), make([]byte, maxIDLen+1)...),
+		"count past end":   {1, 0, 0, 3, 1},
+		"huge count":       huge,
+		"not ascending":    {1, 0, 0, 2, 4, 0},
+		"trailing":         {1, 0, 0, 0, 9},
+		"overlong varint":  {1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01},
+		"oversized blob":   make([]byte, maxUserData+1),
+		"task beyond max":  binary.AppendUvarint([]byte{1, 0, 0, 1}, maxTasks),
+		"sum beyond max":   binary.AppendUvarint([]byte{1, 0, 0, 2, 0xff, 0xff, 0x3f}, 1<<10),
+		"string past end":  {1, 3, 'a'},
+		"addr past end":    {1, 0, 2},
+		"only the version": {1},
+	} {
+		if _, err := decodeSubscription(b); !errors.Is(err, errUserData) {
+			t.Errorf("%s: err = %v, want errUserData", name, err)
+		}
+	}
+}
+
+func TestSubscriptionNewerVersionIgnoresTrailer(t *testing.T) {
+	b, _ := encodeSubscription(subscription{InstanceID: "a", Owned: []int{2}})
+	b[0] = 2
+	b = append(b, "future fields"...)
+	got, err := decodeSubscription(b)
+	if err != nil || got.InstanceID != "a" || !reflect.DeepEqual(got.Owned, []int{2}) {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}
+
+func testAssignmentData() assignmentData {
+	return assignmentData{
+		Moved:      2,
+		Partitions: 6,
+		Leader:     "pod-0",
+		Members:    []Owner{{"pod-0", "h0:1"}, {"pod-1", "h1:1"}},
+		Owners:     []uint32{1, 2, 1, 2, 0, 1},
+	}
+}
+
+func TestAssignmentRoundTrip(t *testing.T) {
+	big := assignmentData{Partitions: 1 << 16, Members: []Owner{{"a", ""}, {"b", ""}, {"c", ""}}, Owners: make([]uint32, 1<<16)}
+	for p := range big.Owners {
+		big.Owners[p] = uint32(p%3 + 1)
+	}
+	for _, a := range []assignmentData{
+		{},
+		testAssignmentData(),
+		{Leader: "pod-0", Members: []Owner{{"pod-0", ""}}, Err: "topics are not co-partitioned: market has 6 partitions, notifications has 8 partitions"},
+		big,
+	} {
+		b, err := encodeAssignment(a)
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		got, err := decodeAssignment(b)
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if !reflect.DeepEqual(got, a) {
+			t.Errorf("round trip: got %+v, want %+v", got, a)
+		}
+	}
+	if n, _ := encodeAssignment(big); len(n) > 2*len(big.Owners)+64 {
+		t.Errorf("owner map of %d tasks takes %d bytes", len(big.Owners), len(n))
+	}
+}
+
+func TestAssignmentOwners(t *testing.T) {
+	got := testAssignmentData().owners()
+	want := []Owner{{"pod-0", "h0:1"}, {"pod-1", "h1:1"}, {"pod-0", "h0:1"}, {"pod-1", "h1:1"}, {}, {"pod-0", "h0:1"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("owners = %v, want %v", got, want)
+	}
+}
+
+func TestAssignmentEncodeRejects(t *testing.T) {
+	bad := testAssignmentData()
+	bad.Owners[0] = 3
+	short := testAssignmentData()
+	short.Owners = short.Owners[:3]
+	for name, a := range map[string]assignmentData{
+		"owner outside table": bad,
+		"owner map length":    short,
+		"negative moved":      {Moved: -1},
+		"too many partitions": {Partitions: maxTasks + 1},
+	} {
+		if _, err := encodeAssignment(a); err == nil {
+			t.Errorf("%s: encoded", name)
+		}
+	}
+	long := assignmentData{Err: strings.Repeat("e", maxErrLen+10)}
+	b, err := encodeAssignment(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := decodeAssignment(b); err != nil || len(got.Err) != maxErrLen {
+		t.Errorf("long error: %d bytes, %v", len(got.Err), err)
+	}
+}
+
+func TestAssignmentDecodeRejects(t *testing.T) {
+	good, _ := encodeAssignment(testAssignmentData())
+	ownerOut := bytes.Clone(good)
+	// The owner indexes are the 6 bytes before the final empty error string.
+	ownerOut[len(ownerOut)-2] = 9
+	for name, b := range map[string][]byte{
+		"empty":           nil,
+		"truncated":       good[:len(good)-3],
+		"owner outside":   ownerOut,
+		"trailing":        append(bytes.Clone(good), 0),
+		"huge partitions": binary.AppendUvarint([]byte{1, 0}, maxTasks+1),
+		"partitions past": {1, 0, 200, 0, 0, 0},
+		"members past":    {1, 0, 0, 0, 100, 0, 0},
+		"error past end":  {1, 0, 0, 0, 0, 5, 'x'},
+	} {
+		if _, err := decodeAssignment(b); !errors.Is(err, errUserData) {
+			t.Errorf("%s: err = %v, want errUserData", name, err)
+		}
+	}
+}
+
+func FuzzDecodeSubscription(f *testing.F) {
+	for _, s := range []subscription{{}, {InstanceID: "pod-1", Addr: "h:1", Owned: []int{0, 2, 9}}} {
+		b, _ := encodeSubscription(s)
+		f.Add(b)
+	}
+	f.Add([]byte{1, 0, 0, 2, 4, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := decodeSubscription(b)
+		if err != nil {
+			return
+		}
+		again, err := encodeSubscription(s)
+		if err != nil {
+			t.Fatalf("decoded %+v does not encode: %v", s, err)
+		}
+		s2, err := decodeSubscription(again)
+		if err != nil {
+			t.Fatalf("re-encoded blob does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(s, s2) {
+			t.Fatalf("round trip: %+v != %+v", s, s2)
+		}
+	})
+}
+
+func FuzzDecodeAssignment(f *testing.F) {
+	for _, a := range []assignmentData{{}, testAssignmentData(), {Err: "boom"}} {
+		b, _ := encodeAssignment(a)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := decodeAssignment(b)
+		if err != nil {
+			return
+		}
+		_ = a.owners()
+		again, err := encodeAssignment(a)
+		if err != nil {
+			t.Fatalf("decoded %+v does not encode: %v", a, err)
+		}
+		a2, err := decodeAssignment(again)
+		if err != nil {
+			t.Fatalf("re-encoded blob does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(a, a2) {
+			t.Fatalf("round trip: %+v != %+v", a, a2)
+		}
+	})
+}
