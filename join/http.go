@@ -1,0 +1,152 @@
+package join
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Price is the answer of GET /v1/prices/{symbol}.
+type Price struct {
+	Symbol string  `json:"symbol"`
+	Price  float64 `json:"price"`
+	TsMs   int64   `json:"ts_ms"`
+	Task   int     `json:"task"`
+}
+
+// Handler serves the worker's HTTP API on one listener:
+//
+//	/metrics              Prometheus metrics of gatherer
+//	/healthz              200 while the process is up
+//	/readyz               200 once assigned and every state task restored, else 503
+//	/v1/prices/{symbol}   the symbol's price from the local store: 200, 404
+//	                      when unknown, 421 when this member does not hold
+//	                      the symbol's task, 503 while it is restoring.
+//	                      ?after_ms=T first waits (up to MaxTaskIdle) until
+//	                      the task has been read past T or to its end.
+func (w *Worker) Handler(gatherer prometheus.Gatherer) http.Handler {
+	if gatherer == nil {
+		gatherer = w.reg
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(rw, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		ok, why := w.Ready()
+		if !ok {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(rw, why)
+	})
+	mux.HandleFunc("GET /v1/prices/{symbol}", w.servePrice)
+	return mux
+}
+
+func (w *Worker) servePrice(rw http.ResponseWriter, r *http.Request) {
+	symbol := r.PathValue("symbol")
+	if err := checkSymbol(symbol); err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	q := SymbolTask(symbol, w.partitions())
+	st := w.stateTask(q)
+	if st == nil {
+		http.Error(rw, fmt.Sprintf("task %d of %q is not held by %s", q, symbol, w.cfg.InstanceID), http.StatusMisdirectedRequest)
+		return
+	}
+	if v := r.URL.Query().Get("after_ms"); v != "" {
+		after, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			http.Error(rw, "after_ms must be Unix milliseconds", http.StatusBadRequest)
+			return
+		}
+		if err := st.waitFor(r.Context(), after, w.cfg.MaxTaskIdle); err != nil && r.Context().Err() != nil {
+			return
+		}
+	}
+	if !st.isRestored() {
+		http.Error(rw, fmt.Sprintf("task %d is restoring", q), http.StatusServiceUnavailable)
+		return
+	}
+	tick, ok, err := st.get(symbol)
+	switch {
+	case errors.Is(err, errTaskStopped):
+		http.Error(rw, err.Error(), http.StatusMisdirectedRequest)
+		return
+	case err != nil:
+		http.Error(rw, err.Error(), http.StatusInternalServerError)
+		return
+	case !ok:
+		http.Error(rw, fmt.Sprintf("no price for %q", symbol), http.StatusNotFound)
+		return
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(Price{Symbol: symbol, Price: tick.Price, TsMs: tick.TimestampMs, Task: q})
+}
+
+// remoteClient looks prices up from their owners.
+type remoteClient struct {
+	http    *http.Client
+	timeout time.Duration
+	hist    prometheus.Histogram
+}
+
+// lookup asks the member at addr for symbol's price as of tsMs. found is
+// false when the owner has no price. Transient failures (unreachable,
+// restoring, not the owner yet) are retried until the timeout.
+func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, tsMs int64) (p Price, found bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	u := "http://" + addr + "/v1/prices/" + url.PathEscape(symbol) + "?after_ms=" + strconv.FormatInt(tsMs, 10)
+	start := time.Now()
+	defer func() { c.hist.Observe(time.Since(start).Seconds()) }()
+	for attempt := 0; ; attempt++ {
+		p, found, retry, err := c.get(ctx, u)
+		if err == nil || !retry {
+			return p, found, err
+		}
+		if serr := sleep(ctx, backoff(attempt)/2); serr != nil {
+			return Price{}, false, fmt.Errorf("price of %q from %s: %w (last: %v)", symbol, addr, serr, err)
+		}
+	}
+}
+
+func (c *remoteClient) get(ctx context.Context, u string) (p Price, found, retry bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return Price{}, false, false, err
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return Price{}, false, true, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<16))
+	if err != nil {
+		return Price{}, false, true, err
+	}
+	switch res.StatusCode {
+	case http.StatusOK:
+		if err := json.Unmarshal(body, &p); err != nil {
+			return Price{}, false, false, fmt.Errorf("GET %s: bad answer: %w", u, err)
+		}
+		return p, true, false, nil
+	case http.StatusNotFound:
+		return Price{}, false, false, nil
+	case http.StatusServiceUnavailable, http.StatusMisdirectedRequest, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return Price{}, false, true, fmt.Errorf("GET %s: %s", u, res.Status)
+	default:
+		return Price{}, false, false, fmt.Errorf("GET %s: %s: %s", u, res.Status, body)
+	}
+}

@@ -1,0 +1,117 @@
+package join
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics are one worker's Prometheus metrics. Build them with NewMetrics
+// on the worker's own registry; the in-process demo runs several workers,
+// each with its own.
+type Metrics struct {
+	Joins            *prometheus.CounterVec // joiner_joins_total{result}
+	Tasks            *prometheus.GaugeVec   // joiner_tasks{role}
+	Rebalances       prometheus.Counter     // joiner_rebalances_total
+	TasksMoved       prometheus.Counter     // joiner_tasks_moved_total
+	RestoreRecords   prometheus.Counter     // joiner_restore_records_total
+	RestoreSeconds   prometheus.Histogram   // joiner_restore_seconds
+	TaskLag          *prometheus.GaugeVec   // joiner_task_lag_records{task}
+	DeadLetters      *prometheus.CounterVec // joiner_dead_letters_total{reason}
+	Alerts           prometheus.Counter     // joiner_alerts_total
+	Records          *prometheus.CounterVec // joiner_records_total{topic}
+	StoreRebuilds    prometheus.Counter     // joiner_store_rebuilds_total
+	RemoteLookup     prometheus.Histogram   // joiner_remote_lookup_seconds
+	RemoteLookupErrs prometheus.Counter     // joiner_remote_lookup_errors_total
+	CommitErrors     prometheus.Counter     // joiner_commit_errors_total
+	ProduceErrors    prometheus.Counter     // joiner_produce_errors_total
+	FetchErrors      prometheus.Counter     // joiner_fetch_errors_total
+}
+
+// NewMetrics registers the worker metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		Joins: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_joins_total",
+			Help: "Joins of a notification with a price, by result: local (own store), remote (looked up from the owner), miss (no price anywhere).",
+		}, []string{"result"}),
+		Tasks: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "joiner_tasks",
+			Help: "Tasks held by this member, by role: active (assigned) and restoring (assigned, state not yet restored).",
+		}, []string{"role"}),
+		Rebalances: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_rebalances_total",
+			Help: "Assignments (group generations) this member received.",
+		}),
+		TasksMoved: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_tasks_moved_total",
+			Help: "Tasks that changed owner, as reported by the plans this member computed as group leader (sum over members for the group total).",
+		}),
+		RestoreRecords: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_restore_records_total",
+			Help: "Market records read to restore task state before processing.",
+		}),
+		RestoreSeconds: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "joiner_restore_seconds",
+			Help:    "Time to restore one task's state from the market topic.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		TaskLag: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "joiner_task_lag_records",
+			Help: "Notifications of a task not yet processed (high watermark minus next offset).",
+		}, []string{"task"}),
+		DeadLetters: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_dead_letters_total",
+			Help: "Malformed input records routed to the dead-letter topic, by reason.",
+		}, []string{"reason"}),
+		Alerts: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_alerts_total",
+			Help: "Enriched alerts acknowledged by the alerts topic.",
+		}),
+		Records: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_records_total",
+			Help: "Input records consumed, by topic.",
+		}, []string{"topic"}),
+		StoreRebuilds: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_store_rebuilds_total",
+			Help: "Task stores that failed to open and were moved aside and rebuilt from Kafka.",
+		}),
+		RemoteLookup: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "joiner_remote_lookup_seconds",
+			Help:    "Latency of price lookups from the owning member.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9),
+		}),
+		RemoteLookupErrs: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_remote_lookup_errors_total",
+			Help: "Remote price lookups that failed after retries (the join counts as a miss).",
+		}),
+		CommitErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_commit_errors_total",
+			Help: "Offset commits that failed (retried on the next interval).",
+		}),
+		ProduceErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_produce_errors_total",
+			Help: "Failed writes of alerts or dead letters (the batch is retried).",
+		}),
+		FetchErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_fetch_errors_total",
+			Help: "Failed fetches or offset lookups (retried with backoff).",
+		}),
+	}
+	// Pre-create the label values users alert on, so absent series do not
+	// hide a problem.
+	for _, r := range []Result{ResultLocal, ResultRemote, ResultMiss} {
+		m.Joins.WithLabelValues(string(r))
+	}
+	for _, r := range []string{"active", "restoring"} {
+		m.Tasks.WithLabelValues(r)
+	}
+	for _, r := range []string{ReasonInvalidJSON, ReasonMissingField, ReasonWrongType, ReasonOversized, ReasonInvalidValue} {
+		m.DeadLetters.WithLabelValues(r)
+	}
+	return m
+}
+
+func taskLabel(p int) string { return strconv.Itoa(p) }

@@ -1,0 +1,194 @@
+package join
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/joiner-dev/joiner/murmur2"
+)
+
+// processTask joins the notifications of partition p with prices. It owns
+// its partition reader; acked is the next offset whose alert has not been
+// acknowledged, read by the committer.
+type processTask struct {
+	w       *Worker
+	p       int
+	stopped chan struct{}
+	acked   atomic.Int64 // -1 until the first batch is acknowledged
+}
+
+func newProcessTask(w *Worker, p int) *processTask {
+	t := &processTask{w: w, p: p, stopped: make(chan struct{})}
+	t.acked.Store(-1)
+	return t
+}
+
+func (t *processTask) run(ctx context.Context) {
+	defer close(t.stopped)
+	w := t.w
+	log := w.log.With("task", t.p, "topic", w.cfg.NotificationsTopic)
+	start, err := w.committedOffset(ctx, w.cfg.NotificationsTopic, t.p)
+	if err != nil {
+		return
+	}
+	// With a co-partitioned assignment the task's own state restores
+	// first: only then do notifications start.
+	if st := w.stateTask(t.p); st != nil {
+		select {
+		case <-st.restored:
+		case <-st.stopped:
+		case <-ctx.Done():
+			return
+		}
+	}
+	log.Info("processing notifications", "from_offset", start)
+	r := newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait)
+	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
+	for attempt := 0; ctx.Err() == nil; {
+		recs, err := r.fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("fetch failed; retrying", "err", err)
+			w.metrics.FetchErrors.Inc()
+			_ = sleep(ctx, backoff(attempt))
+			attempt++
+			continue
+		}
+		attempt = 0
+		if r.hwm >= 0 {
+			lag.Set(float64(max(r.hwm-r.next, 0)))
+		}
+		if len(recs) == 0 {
+			continue
+		}
+		if err := t.handle(ctx, recs, log); err != nil {
+			// Not acknowledged: read the batch again.
+			r.next = recs[0].Offset
+			continue
+		}
+		t.acked.Store(r.next)
+	}
+}
+
+// handle joins one fetched batch and writes its alerts and dead letters.
+// It returns an error only when ctx ended before they were acknowledged.
+func (t *processTask) handle(ctx context.Context, recs []record, log *slog.Logger) error {
+	w := t.w
+	w.metrics.Records.WithLabelValues(w.cfg.NotificationsTopic).Add(float64(len(recs)))
+	type pending struct {
+		n    Notification
+		task int
+		ts   int64
+	}
+	var (
+		good []pending
+		dead []deadLetter
+	)
+	parts := w.partitions()
+	maxTs := map[int]int64{} // per symbol task, the newest notification
+	for _, rec := range recs {
+		n, err := DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
+		if err != nil {
+			dead = append(dead, newDeadLetter(w.cfg.NotificationsTopic, t.p, rec, err))
+			continue
+		}
+		q := murmur2.Partition([]byte(n.Symbol), parts)
+		ts := rec.Time.UnixMilli()
+		good = append(good, pending{n, q, ts})
+		if cur, ok := maxTs[q]; !ok || ts > cur {
+			maxTs[q] = ts
+		}
+	}
+	// Hold the batch until each local task it needs has been read past its
+	// notifications (or to its end), bounded by MaxTaskIdle.
+	for q, ts := range maxTs {
+		if st := w.stateTask(q); st != nil {
+			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
+				return err
+			}
+		}
+	}
+	alerts := make([]Alert, 0, len(good))
+	for _, g := range good {
+		a := Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
+		a.Result, a.Price, a.PriceTsMs = w.lookup(ctx, g.task, g.n.Symbol, g.ts)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		alerts = append(alerts, a)
+	}
+	if err := w.writeOut(ctx, alerts, dead); err != nil {
+		return err
+	}
+	for _, a := range alerts {
+		w.countJoin(a.Result)
+	}
+	w.metrics.Alerts.Add(float64(len(alerts)))
+	return nil
+}
+
+// lookup finds the price of symbol, whose task is q: in the local store
+// when this member holds q, otherwise from q's owner.
+func (w *Worker) lookup(ctx context.Context, q int, symbol string, tsMs int64) (Result, *float64, int64) {
+	if st := w.stateTask(q); st != nil {
+		tick, ok, err := st.get(symbol)
+		if err == nil && ok {
+			return ResultLocal, &tick.Price, tick.TimestampMs
+		}
+		if err == nil {
+			return ResultMiss, nil, 0
+		}
+		// The task left this member meanwhile: ask its new owner.
+	}
+	owner, ok := w.owner(q)
+	if !ok || owner.InstanceID == w.cfg.InstanceID || owner.Addr == "" {
+		return ResultMiss, nil, 0
+	}
+	p, found, err := w.remote.lookup(ctx, owner.Addr, symbol, tsMs)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.metrics.RemoteLookupErrs.Inc()
+			w.log.Warn("remote price lookup failed; counting a miss", "symbol", symbol, "task", q, "owner", owner.InstanceID, "err", err)
+		}
+		return ResultMiss, nil, 0
+	}
+	if !found {
+		return ResultMiss, nil, 0
+	}
+	return ResultRemote, &p.Price, p.TsMs
+}
+
+// deadLetter is a malformed input record on its way to the dead-letter
+// topic.
+type deadLetter struct {
+	topic     string
+	partition int
+	rec       record
+	reason    string
+	err       string
+}
+
+func newDeadLetter(topic string, p int, rec record, err error) deadLetter {
+	reason := ReasonInvalidValue
+	var re *RecordError
+	if errors.As(err, &re) {
+		reason = re.Reason
+	}
+	return deadLetter{topic: topic, partition: p, rec: rec, reason: reason, err: err.Error()}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own plain structs are marshalled
+	}
+	return b
+}
+
+var _ = time.Second

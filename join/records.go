@@ -1,0 +1,185 @@
+package join
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Tick is one price update read from the market topic.
+//
+//	{"symbol":"BBCA","price":9125.5}
+//
+// The record timestamp is the time of the price.
+type Tick struct {
+	Symbol string  `json:"symbol"`
+	Price  float64 `json:"price"`
+}
+
+// Notification is one user notification read from the notifications topic.
+//
+//	{"id":"n-42","user":"u-7","symbol":"BBCA","text":"BBCA moved"}
+//
+// id and symbol are required; user and text are optional. The record
+// timestamp is the time of the notification.
+type Notification struct {
+	ID     string `json:"id"`
+	User   string `json:"user,omitempty"`
+	Symbol string `json:"symbol"`
+	Text   string `json:"text,omitempty"`
+}
+
+// Result classifies one join.
+type Result string
+
+// The join results, also the values of the result label of
+// joiner_joins_total.
+const (
+	// ResultLocal: the price came from this member's own store.
+	ResultLocal Result = "local"
+	// ResultRemote: the symbol's task is owned by another member, which
+	// answered the lookup.
+	ResultRemote Result = "remote"
+	// ResultMiss: no price for the symbol anywhere.
+	ResultMiss Result = "miss"
+)
+
+// Alert is the enriched notification written to the alerts topic, keyed by
+// symbol: the notification's fields plus the joined price.
+type Alert struct {
+	Notification
+	// NotificationTsMs is the notification record's timestamp, in Unix ms.
+	NotificationTsMs int64 `json:"notification_ts_ms"`
+	// Price and PriceTsMs are absent on a miss.
+	Price     *float64 `json:"price,omitempty"`
+	PriceTsMs int64    `json:"price_ts_ms,omitempty"`
+	Result    Result   `json:"result"`
+	// Worker is the instance id of the member that produced the alert.
+	Worker string `json:"worker"`
+}
+
+// Reasons a record is sent to the dead-letter topic; the values of the
+// reason label of joiner_dead_letters_total and of the
+// "joiner-dead-letter-reason" header.
+const (
+	ReasonInvalidJSON  = "invalid_json"
+	ReasonMissingField = "missing_field"
+	ReasonWrongType    = "wrong_type"
+	ReasonOversized    = "oversized"
+	ReasonInvalidValue = "invalid_value"
+)
+
+// DefaultMaxRecordBytes bounds the value of an input record.
+const DefaultMaxRecordBytes = 64 << 10
+
+// maxSymbolBytes bounds a symbol, which is also a Pebble key and a URL path
+// segment.
+const maxSymbolBytes = 128
+
+// RecordError says why an input record was rejected. Reason is one of the
+// Reason constants.
+type RecordError struct {
+	Reason string
+	Err    error
+}
+
+func (e *RecordError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *RecordError) Unwrap() error { return e.Err }
+
+func reject(reason, format string, args ...any) error {
+	return &RecordError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// DecodeTick parses and validates a market record value. It never panics;
+// every rejection is a *RecordError.
+func DecodeTick(value []byte, maxBytes int) (Tick, error) {
+	var t struct {
+		Symbol *string  `json:"symbol"`
+		Price  *float64 `json:"price"`
+	}
+	if err := decodeStrict(value, maxBytes, &t); err != nil {
+		return Tick{}, err
+	}
+	if t.Symbol == nil {
+		return Tick{}, reject(ReasonMissingField, "tick has no symbol")
+	}
+	if t.Price == nil {
+		return Tick{}, reject(ReasonMissingField, "tick for %q has no price", *t.Symbol)
+	}
+	if err := checkSymbol(*t.Symbol); err != nil {
+		return Tick{}, err
+	}
+	if math.IsNaN(*t.Price) || math.IsInf(*t.Price, 0) {
+		return Tick{}, reject(ReasonInvalidValue, "tick for %q has a non-finite price", *t.Symbol)
+	}
+	return Tick{Symbol: *t.Symbol, Price: *t.Price}, nil
+}
+
+// DecodeNotification parses and validates a notifications record value. It
+// never panics; every rejection is a *RecordError.
+func DecodeNotification(value []byte, maxBytes int) (Notification, error) {
+	var n struct {
+		ID     *string `json:"id"`
+		User   *string `json:"user"`
+		Symbol *string `json:"symbol"`
+		Text   *string `json:"text"`
+	}
+	if err := decodeStrict(value, maxBytes, &n); err != nil {
+		return Notification{}, err
+	}
+	if n.Symbol == nil {
+		return Notification{}, reject(ReasonMissingField, "notification has no symbol")
+	}
+	if n.ID == nil || *n.ID == "" {
+		return Notification{}, reject(ReasonMissingField, "notification for %q has no id", *n.Symbol)
+	}
+	if err := checkSymbol(*n.Symbol); err != nil {
+		return Notification{}, err
+	}
+	out := Notification{ID: *n.ID, Symbol: *n.Symbol}
+	if n.User != nil {
+		out.User = *n.User
+	}
+	if n.Text != nil {
+		out.Text = *n.Text
+	}
+	return out, nil
+}
+
+func decodeStrict(value []byte, maxBytes int, v any) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRecordBytes
+	}
+	if len(value) > maxBytes {
+		return reject(ReasonOversized, "record of %d bytes exceeds the limit of %d", len(value), maxBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(value))
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return reject(ReasonWrongType, "field %q must be a %s, not %s", te.Field, te.Type, te.Value)
+		}
+		return reject(ReasonInvalidJSON, "%v", err)
+	}
+	if dec.More() {
+		return reject(ReasonInvalidJSON, "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func checkSymbol(s string) error {
+	switch {
+	case s == "":
+		return reject(ReasonMissingField, "symbol is empty")
+	case len(s) > maxSymbolBytes:
+		return reject(ReasonInvalidValue, "symbol of %d bytes exceeds %d", len(s), maxSymbolBytes)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c == 0x7f || c == '/' {
+			return reject(ReasonInvalidValue, "symbol %q has a control, space or '/' character", s)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,284 @@
+package join
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/joiner-dev/joiner/statestore"
+	"github.com/segmentio/kafka-go"
+)
+
+// errTaskStopped is returned to callers waiting on a state task that was
+// stopped (its task left this member).
+var errTaskStopped = errors.New("task stopped on this member")
+
+// stateTask owns the state of one task: the Pebble store of partition p of
+// the market topic. It restores the store from the market topic, then tails
+// it, applying each fetched batch of ticks with its offset in one Pebble
+// batch.
+type stateTask struct {
+	w *Worker
+	p int
+
+	restored chan struct{} // closed when the restore is complete
+	stopped  chan struct{} // closed when run returns
+
+	mu sync.RWMutex // guards store against Close while readers use it
+	// store is nil once closed.
+	store *statestore.Store
+
+	// progress, guarded by pmu; changed is closed and replaced on each
+	// update so waiters can select on it.
+	pmu      sync.Mutex
+	next     int64 // next market offset to read
+	lastTsMs int64 // greatest record timestamp applied
+	changed  chan struct{}
+}
+
+func newStateTask(w *Worker, p int, store *statestore.Store) *stateTask {
+	return &stateTask{
+		w:        w,
+		p:        p,
+		store:    store,
+		restored: make(chan struct{}),
+		stopped:  make(chan struct{}),
+		next:     store.AppliedOffset() + 1,
+		lastTsMs: -1,
+		changed:  make(chan struct{}),
+	}
+}
+
+// isRestored reports whether the restore is complete.
+func (s *stateTask) isRestored() bool {
+	select {
+	case <-s.restored:
+		return true
+	default:
+		return false
+	}
+}
+
+// appliedOffset is the offset of the last market record in the store, -1
+// when none.
+func (s *stateTask) appliedOffset() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.store == nil {
+		return -1
+	}
+	return s.store.AppliedOffset()
+}
+
+// get reads a price from the store.
+func (s *stateTask) get(symbol string) (statestore.Tick, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.store == nil {
+		return statestore.Tick{}, false, errTaskStopped
+	}
+	return s.store.Get(symbol)
+}
+
+// close closes the store; readers after it get errTaskStopped.
+func (s *stateTask) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.store == nil {
+		return nil
+	}
+	err := s.store.Close()
+	s.store = nil
+	return err
+}
+
+// run restores the task, then tails the market partition until ctx is
+// done.
+func (s *stateTask) run(ctx context.Context) {
+	defer close(s.stopped)
+	w := s.w
+	log := w.log.With("task", s.p, "topic", w.cfg.MarketTopic)
+	r := newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
+	// Market records below the group's committed market offset were routed
+	// by an earlier owner; dead-letter only the ones after it.
+	dlqFrom, err := w.committedOffset(ctx, w.cfg.MarketTopic, s.p)
+	if err != nil {
+		return
+	}
+
+	began := time.Now()
+	var first, end int64
+	for attempt := 0; ; attempt++ {
+		first, end, err = r.bounds(ctx)
+		if err == nil {
+			break
+		}
+		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
+		if sleep(ctx, backoff(attempt)) != nil {
+			return
+		}
+	}
+	if r.next < first {
+		// A new store, or one older than the log's retention: the log
+		// holds nothing before first.
+		r.next = first
+	}
+	log.Info("restore started", "from_offset", r.next, "end_offset", end)
+	var restoredRecords int64
+	lastLog := time.Now()
+	for r.next < end {
+		n, ok := s.step(ctx, r, dlqFrom, log)
+		if !ok {
+			return
+		}
+		restoredRecords += int64(n)
+		w.metrics.RestoreRecords.Add(float64(n))
+		if time.Since(lastLog) >= time.Second {
+			log.Info("restoring", "offset", r.next, "end_offset", end, "records", restoredRecords)
+			lastLog = time.Now()
+		}
+	}
+	secs := time.Since(began).Seconds()
+	w.metrics.RestoreSeconds.Observe(secs)
+	w.restoredRecords.Add(restoredRecords)
+	close(s.restored)
+	w.updateTaskGauges()
+	log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset())
+
+	for {
+		if _, ok := s.step(ctx, r, dlqFrom, log); !ok {
+			return
+		}
+	}
+}
+
+// step fetches once and applies what it got. It returns the number of
+// records read and false when ctx is done.
+func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64, log *slog.Logger) (int, bool) {
+	w := s.w
+	for attempt := 0; ; attempt++ {
+		recs, err := r.fetch(ctx)
+		if err == nil {
+			if len(recs) > 0 {
+				if err := s.apply(ctx, recs, dlqFrom); err != nil {
+					if ctx.Err() != nil {
+						return 0, false
+					}
+					log.Warn("applying market records failed; retrying", "err", err)
+					r.next = recs[0].Offset
+					if sleep(ctx, backoff(attempt)) != nil {
+						return 0, false
+					}
+					continue
+				}
+			}
+			s.advance(r.next, recs)
+			return len(recs), true
+		}
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		log.Warn("fetch failed; retrying", "err", err)
+		w.metrics.FetchErrors.Inc()
+		if sleep(ctx, backoff(attempt)) != nil {
+			return 0, false
+		}
+	}
+}
+
+// apply writes the valid ticks of recs and the offset of the last record
+// to the store in one batch. Malformed ticks are dead-lettered first.
+func (s *stateTask) apply(ctx context.Context, recs []record, dlqFrom int64) error {
+	w := s.w
+	ticks := make([]statestore.Tick, 0, len(recs))
+	var dead []deadLetter
+	for _, rec := range recs {
+		t, err := DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
+		if err != nil {
+			if rec.Offset >= dlqFrom {
+				dead = append(dead, newDeadLetter(w.cfg.MarketTopic, s.p, rec, err))
+			}
+			continue
+		}
+		ticks = append(ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: rec.Time.UnixMilli()})
+	}
+	w.metrics.Records.WithLabelValues(w.cfg.MarketTopic).Add(float64(len(recs)))
+	if len(dead) > 0 {
+		if err := w.writeOut(ctx, nil, dead); err != nil {
+			return err
+		}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.store == nil {
+		return errTaskStopped
+	}
+	if err := s.store.Apply(ticks, recs[len(recs)-1].Offset); err != nil {
+		return fmt.Errorf("task %d: %w", s.p, err)
+	}
+	return nil
+}
+
+// advance publishes the read position to waiters.
+func (s *stateTask) advance(next int64, recs []record) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	s.next = next
+	for _, r := range recs {
+		s.lastTsMs = max(s.lastTsMs, r.Time.UnixMilli())
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// waitFor blocks until the task has been read past tsMs, or up to the
+// partition's end as it is now, or idle has passed, whichever is first.
+// This is what aligns a notification with the ticks before it: a tick
+// produced before a notification is in the store once waitFor returns
+// (unless idle ran out, which the caller counts as it is).
+func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration) error {
+	deadline := time.NewTimer(idle)
+	defer deadline.Stop()
+	select {
+	case <-s.restored:
+	case <-s.stopped:
+		return errTaskStopped
+	case <-deadline.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.pmu.Lock()
+	done := s.lastTsMs >= tsMs
+	s.pmu.Unlock()
+	if done {
+		return nil
+	}
+	// Not read past tsMs: wait until the reader reaches the end the log has
+	// now, which includes every record produced before the caller's.
+	end, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.MarketTopic, s.p, kafka.LastOffset)
+	if err != nil {
+		return err
+	}
+	for {
+		s.pmu.Lock()
+		done := s.lastTsMs >= tsMs || s.next >= end
+		ch := s.changed
+		s.pmu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-s.stopped:
+			return errTaskStopped
+		case <-deadline.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

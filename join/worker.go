@@ -1,0 +1,580 @@
+// Package join is the task processor of joiner. A Worker receives its
+// assignment from the group membership loop and runs, for each task p it is
+// given, a state task (restore and tail market-p into the task's Pebble
+// store) and a process task (read notifications-p, hold each batch until
+// the market is read past it, join every notification with its symbol's
+// price, write the enriched alerts, and dead-letter malformed records).
+// Joins are counted as local, remote or miss.
+//
+// Delivery is at least once: alerts are acknowledged by Kafka before the
+// offsets of the notifications that produced them are committed, and a
+// store holds its prices and the market offset they came from in one batch.
+package join
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/statestore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+)
+
+// Config configures a Worker. Zero values take the defaults shown.
+type Config struct {
+	// Client reads the input topics. Required.
+	Client *kafka.Client
+	// Writer writes alerts and dead letters; its Topic must be empty (each
+	// message names its topic). Required.
+	Writer *kafka.Writer
+	// Stores opens the per-task stores. Required.
+	Stores *statestore.Manager
+	// InstanceID is this member's stable id. Required.
+	InstanceID string
+
+	// Topic names. Default: market, notifications, alerts,
+	// joiner-dead-letters.
+	MarketTopic        string
+	NotificationsTopic string
+	AlertsTopic        string
+	DeadLetterTopic    string
+
+	// MaxTaskIdle bounds how long a notification is held waiting for the
+	// market to be read past its timestamp. Default: 1s.
+	MaxTaskIdle time.Duration
+	// CommitInterval is how often processed offsets are committed.
+	// Default: 1s.
+	CommitInterval time.Duration
+	// FetchMaxWait is the long-poll time of a fetch. Default: 250ms.
+	FetchMaxWait time.Duration
+	// MaxRecordBytes bounds an input record value; larger ones are
+	// dead-lettered. Default: DefaultMaxRecordBytes.
+	MaxRecordBytes int
+	// RemoteTimeout bounds one remote price lookup, retries included.
+	// Default: 5s.
+	RemoteTimeout time.Duration
+	// HTTPClient makes remote lookups. Default: a client with keep-alives.
+	HTTPClient *http.Client
+
+	// Registerer receives the worker's metrics. Default: a new registry
+	// (see Worker.Gatherer).
+	Registerer prometheus.Registerer
+	// Logger. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Membership is what a Worker needs of the group: *group.Member.
+type Membership interface {
+	Run(ctx context.Context) error
+	Commit(ctx context.Context, offsets map[string]map[int]int64) error
+	FetchOffsets(ctx context.Context, topic string, partitions []int) (map[int]int64, error)
+}
+
+// Worker is one member's task processor. It implements group.Handler.
+type Worker struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	reg     *prometheus.Registry // nil when Config.Registerer was given
+	remote  *remoteClient
+
+	member Membership
+
+	// ctx is the context tasks run under; set by Run.
+	ctx context.Context
+
+	mu         sync.RWMutex
+	assigned   bool
+	assignment group.Assignment
+	states     map[int]*stateTask
+	procs      map[int]*processTask
+	cancels    map[any]context.CancelFunc
+	tasks      sync.WaitGroup
+
+	local, remoteN, miss atomic.Int64
+	restoredRecords      atomic.Int64
+	commitMu             sync.Mutex               // serializes commits
+	committed            map[string]map[int]int64 // last successful commit; guarded by commitMu
+}
+
+// NewWorker validates cfg and builds a Worker.
+func NewWorker(cfg Config) (*Worker, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("join: Config.Client is required")
+	case cfg.Writer == nil:
+		return nil, errors.New("join: Config.Writer is required")
+	case cfg.Writer.Topic != "":
+		return nil, errors.New("join: Config.Writer.Topic must be empty: alerts and dead letters go to different topics")
+	case cfg.Stores == nil:
+		return nil, errors.New("join: Config.Stores is required")
+	case cfg.InstanceID == "":
+		return nil, errors.New("join: Config.InstanceID is required")
+	}
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&cfg.MarketTopic, "market")
+	def(&cfg.NotificationsTopic, "notifications")
+	def(&cfg.AlertsTopic, "alerts")
+	def(&cfg.DeadLetterTopic, "joiner-dead-letters")
+	defDur := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defDur(&cfg.MaxTaskIdle, time.Second)
+	defDur(&cfg.CommitInterval, time.Second)
+	defDur(&cfg.FetchMaxWait, 250*time.Millisecond)
+	defDur(&cfg.RemoteTimeout, 5*time.Second)
+	if cfg.MaxRecordBytes <= 0 {
+		cfg.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Worker{
+		cfg:     cfg,
+		log:     cfg.Logger.With("instance", cfg.InstanceID),
+		states:  map[int]*stateTask{},
+		procs:   map[int]*processTask{},
+		cancels: map[any]context.CancelFunc{},
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		w.reg = prometheus.NewRegistry()
+		reg = w.reg
+	}
+	w.metrics = NewMetrics(reg)
+	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
+	return w, nil
+}
+
+// Gatherer returns the registry the worker's metrics live in, when the
+// worker made its own (Config.Registerer was nil).
+func (w *Worker) Gatherer() prometheus.Gatherer { return w.reg }
+
+// Metrics returns the worker's metrics.
+func (w *Worker) Metrics() *Metrics { return w.metrics }
+
+// Run runs the worker as a member of the group until ctx is done, then
+// stops every task and returns. It owns the membership loop, the committer
+// and every task goroutine, and waits for all of them.
+func (w *Worker) Run(ctx context.Context, m Membership) error {
+	w.member = m
+	w.ctx = ctx
+	commitCtx, stopCommitter := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.commitLoop(commitCtx)
+	}()
+	err := m.Run(ctx)
+	// m.Run has left the group (its Rebalancing call committed after the
+	// tasks stopped). Stop whatever is left.
+	w.stopAll()
+	stopCommitter()
+	wg.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("worker %s: %w", w.cfg.InstanceID, err)
+	}
+	return nil
+}
+
+// Assigned implements group.Handler: start new tasks, stop gone ones, keep
+// the others running untouched.
+func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
+	w.metrics.Rebalances.Inc()
+	if a.Leader {
+		w.metrics.TasksMoved.Add(float64(a.Moved))
+	}
+	wantState := a.Topics[w.cfg.MarketTopic]
+	wantProc := a.Topics[w.cfg.NotificationsTopic]
+
+	w.mu.Lock()
+	w.assigned = true
+	w.assignment = a
+	var stopProcs []*processTask
+	for p, t := range w.procs {
+		if !slices.Contains(wantProc, p) {
+			stopProcs = append(stopProcs, t)
+			delete(w.procs, p)
+		}
+	}
+	var stopStates []*stateTask
+	for p, t := range w.states {
+		if !slices.Contains(wantState, p) {
+			stopStates = append(stopStates, t)
+			delete(w.states, p)
+		}
+	}
+	w.mu.Unlock()
+
+	for _, t := range stopProcs {
+		w.stopTask(t, t.stopped)
+		w.metrics.TaskLag.DeleteLabelValues(taskLabel(t.p))
+	}
+	for _, t := range stopStates {
+		w.stopTask(t, t.stopped)
+		if err := t.close(); err != nil {
+			w.log.Warn("closing task store", "task", t.p, "err", err)
+		}
+	}
+	if len(stopProcs)+len(stopStates) > 0 {
+		w.log.Info("tasks revoked", "state", taskIDs(stopStates), "process", taskIDs(stopProcs))
+	}
+
+	var started []int
+	for _, p := range wantState {
+		w.mu.RLock()
+		_, ok := w.states[p]
+		w.mu.RUnlock()
+		if ok {
+			continue
+		}
+		store, err := w.openStore(p)
+		if err != nil {
+			w.log.Error("cannot open the task store; the task is not processed on this member", "task", p, "err", err)
+			continue
+		}
+		st := newStateTask(w, p, store)
+		w.mu.Lock()
+		w.states[p] = st
+		w.mu.Unlock()
+		w.startTask(st, st.run)
+		started = append(started, p)
+	}
+	for _, p := range wantProc {
+		w.mu.RLock()
+		_, ok := w.procs[p]
+		w.mu.RUnlock()
+		if ok {
+			continue
+		}
+		pt := newProcessTask(w, p)
+		w.mu.Lock()
+		w.procs[p] = pt
+		w.mu.Unlock()
+		w.startTask(pt, pt.run)
+	}
+	w.updateTaskGauges()
+	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
+		"state_tasks", wantState, "process_tasks", wantProc, "new_state_tasks", started)
+}
+
+// Rebalancing implements group.Handler: commit what has been processed
+// while this generation still can. When the worker is shutting down, the
+// tasks are stopped first so the commit is final.
+func (w *Worker) Rebalancing(ctx context.Context) {
+	if w.ctx != nil && w.ctx.Err() != nil {
+		w.stopAll()
+	}
+	w.commit(ctx)
+}
+
+func (w *Worker) openStore(p int) (*statestore.Store, error) {
+	before := w.cfg.Stores.Rebuilds()
+	store, err := w.cfg.Stores.OpenTask(p)
+	if n := w.cfg.Stores.Rebuilds() - before; n > 0 {
+		w.metrics.StoreRebuilds.Add(float64(n))
+	}
+	return store, err
+}
+
+func (w *Worker) startTask(key any, run func(context.Context)) {
+	ctx, cancel := context.WithCancel(w.ctx)
+	w.mu.Lock()
+	w.cancels[key] = cancel
+	w.mu.Unlock()
+	w.tasks.Add(1)
+	go func() {
+		defer w.tasks.Done()
+		run(ctx)
+	}()
+}
+
+func (w *Worker) stopTask(key any, stopped <-chan struct{}) {
+	w.mu.Lock()
+	cancel := w.cancels[key]
+	delete(w.cancels, key)
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-stopped
+	}
+}
+
+// stopAll stops every task, waits for them and closes the stores.
+func (w *Worker) stopAll() {
+	w.mu.Lock()
+	for _, c := range w.cancels {
+		c()
+	}
+	w.cancels = map[any]context.CancelFunc{}
+	w.mu.Unlock()
+	w.tasks.Wait()
+	w.mu.Lock()
+	states := w.states
+	w.mu.Unlock()
+	for _, st := range states {
+		if err := st.close(); err != nil {
+			w.log.Warn("closing task store", "task", st.p, "err", err)
+		}
+	}
+}
+
+func taskIDs[T interface{ id() int }](ts []T) []int {
+	out := make([]int, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.id())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *stateTask) id() int   { return s.p }
+func (t *processTask) id() int { return t.p }
+
+func (w *Worker) stateTask(p int) *stateTask {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.states[p]
+}
+
+func (w *Worker) owner(p int) (group.Owner, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if p < 0 || p >= len(w.assignment.Owners) {
+		return group.Owner{}, false
+	}
+	o := w.assignment.Owners[p]
+	return o, o.InstanceID != ""
+}
+
+func (w *Worker) partitions() int {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return max(w.assignment.Partitions, 1)
+}
+
+func (w *Worker) countJoin(r Result) {
+	w.metrics.Joins.WithLabelValues(string(r)).Inc()
+	switch r {
+	case ResultLocal:
+		w.local.Add(1)
+	case ResultRemote:
+		w.remoteN.Add(1)
+	default:
+		w.miss.Add(1)
+	}
+}
+
+func (w *Worker) updateTaskGauges() {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	restoring := 0
+	for _, st := range w.states {
+		if !st.isRestored() {
+			restoring++
+		}
+	}
+	w.metrics.Tasks.WithLabelValues("active").Set(float64(len(w.procs)))
+	w.metrics.Tasks.WithLabelValues("restoring").Set(float64(restoring))
+}
+
+// Ready reports whether the worker has an assignment and every state task
+// it holds has been restored: the /readyz condition.
+func (w *Worker) Ready() (bool, string) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if !w.assigned {
+		return false, "no assignment yet"
+	}
+	var waiting []int
+	for p, st := range w.states {
+		if !st.isRestored() {
+			waiting = append(waiting, p)
+		}
+	}
+	if len(waiting) > 0 {
+		slices.Sort(waiting)
+		return false, fmt.Sprintf("restoring tasks %v", waiting)
+	}
+	return true, "ok"
+}
+
+// Stats is a snapshot of one worker's joins.
+type Stats struct {
+	Instance   string
+	Generation int32
+	// Tasks are the notification partitions this worker processes.
+	Tasks []int
+	// StateTasks are the market partitions whose state it holds.
+	StateTasks          []int
+	Local, Remote, Miss int64
+	RestoredRecords     int64
+}
+
+// Stats returns a snapshot of the worker's assignment and join counts.
+func (w *Worker) Stats() Stats {
+	w.mu.RLock()
+	a := w.assignment
+	w.mu.RUnlock()
+	return Stats{
+		Instance:        w.cfg.InstanceID,
+		Generation:      a.Generation,
+		Tasks:           slices.Clone(a.Topics[w.cfg.NotificationsTopic]),
+		StateTasks:      slices.Clone(a.Topics[w.cfg.MarketTopic]),
+		Local:           w.local.Load(),
+		Remote:          w.remoteN.Load(),
+		Miss:            w.miss.Load(),
+		RestoredRecords: w.restoredRecords.Load(),
+	}
+}
+
+// committedOffset returns the group's committed offset of topic-p, -1 when
+// none, retrying until ctx is done.
+func (w *Worker) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
+		if err == nil {
+			if o, ok := offs[p]; ok {
+				return o, nil
+			}
+			return -1, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		w.log.Warn("cannot fetch the committed offset; retrying", "topic", topic, "partition", p, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// commitLoop commits processed offsets every CommitInterval until ctx is
+// done.
+func (w *Worker) commitLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.commit(ctx)
+		}
+	}
+}
+
+// commit commits the acknowledged notification offsets and the applied
+// market offsets that changed since the last commit.
+func (w *Worker) commit(ctx context.Context) {
+	w.commitMu.Lock()
+	defer w.commitMu.Unlock()
+	offsets := map[string]map[int]int64{}
+	add := func(topic string, p int, next int64) {
+		if next < 0 || w.committed[topic][p] == next {
+			return
+		}
+		if offsets[topic] == nil {
+			offsets[topic] = map[int]int64{}
+		}
+		offsets[topic][p] = next
+	}
+	w.mu.RLock()
+	for p, t := range w.procs {
+		add(w.cfg.NotificationsTopic, p, t.acked.Load())
+	}
+	for p, st := range w.states {
+		if o := st.appliedOffset(); o >= 0 {
+			add(w.cfg.MarketTopic, p, o+1)
+		}
+	}
+	w.mu.RUnlock()
+	if len(offsets) == 0 || w.member == nil {
+		return
+	}
+	if err := w.member.Commit(ctx, offsets); err != nil {
+		if !errors.Is(err, group.ErrRebalancing) {
+			w.metrics.CommitErrors.Inc()
+			w.log.Warn("offset commit failed; retrying at the next interval", "err", err)
+		}
+		return
+	}
+	if w.committed == nil {
+		w.committed = map[string]map[int]int64{}
+	}
+	for topic, ps := range offsets {
+		if w.committed[topic] == nil {
+			w.committed[topic] = map[int]int64{}
+		}
+		for p, o := range ps {
+			w.committed[topic][p] = o
+		}
+	}
+}
+
+// writeOut writes alerts and dead letters and waits for Kafka to
+// acknowledge them, retrying until it does or ctx is done.
+func (w *Worker) writeOut(ctx context.Context, alerts []Alert, dead []deadLetter) error {
+	msgs := make([]kafka.Message, 0, len(alerts)+len(dead))
+	for i := range alerts {
+		a := &alerts[i]
+		msgs = append(msgs, kafka.Message{Topic: w.cfg.AlertsTopic, Key: []byte(a.Symbol), Value: mustJSON(a)})
+	}
+	for _, d := range dead {
+		msgs = append(msgs, kafka.Message{
+			Topic: w.cfg.DeadLetterTopic,
+			Key:   d.rec.Key,
+			Value: d.rec.Value,
+			Time:  d.rec.Time,
+			Headers: []kafka.Header{
+				{Key: "joiner-dead-letter-reason", Value: []byte(d.reason)},
+				{Key: "joiner-dead-letter-error", Value: []byte(d.err)},
+				{Key: "joiner-source", Value: fmt.Appendf(nil, "%s/%d/%d", d.topic, d.partition, d.rec.Offset)},
+			},
+		})
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		err := w.cfg.Writer.WriteMessages(ctx, msgs...)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.metrics.ProduceErrors.Inc()
+		w.log.Warn("writing alerts failed; retrying the batch", "alerts", len(alerts), "dead_letters", len(dead), "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
+	}
+	for _, d := range dead {
+		w.metrics.DeadLetters.WithLabelValues(d.reason).Inc()
+		w.log.Warn("dead-lettered a malformed record", "topic", d.topic, "partition", d.partition, "offset", d.rec.Offset, "reason", d.reason, "err", d.err)
+	}
+	return nil
+}
+
+// SymbolTask is the task (partition index) of symbol among n partitions.
+func SymbolTask(symbol string, n int) int { return murmur2.Partition([]byte(symbol), n) }

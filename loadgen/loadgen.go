@@ -1,0 +1,244 @@
+// Package loadgen produces price ticks and notifications keyed by stock
+// symbol, partitioned with Kafka's murmur2 so that they are co-partitioned
+// with what Java producers write. Every tick of the run is acknowledged
+// before the first notification is sent, so each notification is produced
+// after every tick of its symbol.
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/segmentio/kafka-go"
+)
+
+// Config configures a run. Zero values take the defaults shown.
+type Config struct {
+	// Brokers are bootstrap addresses. Required unless Writer is set.
+	Brokers []string
+	// Writer, when set, is used instead of one built from Brokers. Its
+	// Topic must be empty.
+	Writer *kafka.Writer
+
+	// MarketTopic and NotificationsTopic. Default: market, notifications.
+	MarketTopic        string
+	NotificationsTopic string
+
+	// Symbols is the number of symbols. Default: 10.
+	Symbols int
+	// TicksPerSymbol and NotificationsPerSymbol; zero produces none.
+	TicksPerSymbol         int
+	NotificationsPerSymbol int
+	// Malformed is how many malformed notifications to add, to exercise
+	// the dead-letter path. Default: 0.
+	Malformed int
+	// Rate is the target records per second; 0 means as fast as possible.
+	Rate float64
+	// Seed makes prices reproducible. Default: 1.
+	Seed uint64
+	// RunID is put in notification ids so several runs on the same topics
+	// stay distinct. Default: none.
+	RunID string
+
+	// Progress receives a line at least once a second and a summary.
+	// Default: io.Discard.
+	Progress io.Writer
+}
+
+// Summary is what a run produced.
+type Summary struct {
+	Ticks         int
+	Notifications int
+	Malformed     int
+	Elapsed       time.Duration
+	// LastPrice is the last price produced for each symbol.
+	LastPrice map[string]float64
+	// NotificationIDs are the ids of the well-formed notifications.
+	NotificationIDs []string
+}
+
+// Records is the number of records produced.
+func (s Summary) Records() int { return s.Ticks + s.Notifications + s.Malformed }
+
+// Symbols returns n deterministic symbol names.
+func Symbols(n int) []string {
+	base := []string{"BBCA", "BBRI", "TLKM", "ASII", "BMRI", "UNVR", "GOTO", "ANTM", "ICBP", "ADRO"}
+	out := make([]string, n)
+	for i := range out {
+		if i < len(base) {
+			out[i] = base[i]
+		} else {
+			out[i] = "S" + strconv.Itoa(i)
+		}
+	}
+	return out
+}
+
+// Run produces the ticks, then the notifications.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	if cfg.MarketTopic == "" {
+		cfg.MarketTopic = "market"
+	}
+	if cfg.NotificationsTopic == "" {
+		cfg.NotificationsTopic = "notifications"
+	}
+	if cfg.Symbols == 0 {
+		cfg.Symbols = 10
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = 1
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	switch {
+	case cfg.Symbols < 0, cfg.TicksPerSymbol < 0, cfg.NotificationsPerSymbol < 0, cfg.Malformed < 0:
+		return Summary{}, errors.New("loadgen: counts must not be negative")
+	case cfg.Rate < 0 || math.IsNaN(cfg.Rate):
+		return Summary{}, errors.New("loadgen: rate must be 0 (as fast as possible) or positive")
+	}
+	w := cfg.Writer
+	if w == nil {
+		if len(cfg.Brokers) == 0 {
+			return Summary{}, errors.New("loadgen: no brokers given")
+		}
+		w = NewWriter(cfg.Brokers)
+		defer w.Close()
+	}
+	syms := Symbols(cfg.Symbols)
+	total := cfg.Symbols*(cfg.TicksPerSymbol+cfg.NotificationsPerSymbol) + cfg.Malformed
+	p := &producer{w: w, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now()}
+	sum := Summary{LastPrice: make(map[string]float64, len(syms))}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6a6f696e6572))
+
+	price := make([]float64, len(syms))
+	for i := range price {
+		price[i] = float64(1000 + rng.IntN(9000))
+	}
+	for k := 0; k < cfg.TicksPerSymbol; k++ {
+		for i, s := range syms {
+			price[i] = math.Round(price[i]*(1+(rng.Float64()-0.5)/50)*100) / 100
+			sum.LastPrice[s] = price[i]
+			v := fmt.Appendf(nil, `{"symbol":%q,"price":%s}`, s, strconv.FormatFloat(price[i], 'f', -1, 64))
+			if err := p.add(ctx, kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}); err != nil {
+				return sum, err
+			}
+			sum.Ticks++
+		}
+	}
+	// Every tick is acknowledged before the first notification.
+	if err := p.flush(ctx); err != nil {
+		return sum, err
+	}
+	for k := 0; k < cfg.NotificationsPerSymbol; k++ {
+		for i, s := range syms {
+			id := fmt.Sprintf("n%s-%s-%d", cfg.RunID, s, k)
+			v := fmt.Appendf(nil, `{"id":%q,"user":"u%d","symbol":%q,"text":"%s moved"}`, id, (i+k)%97, s, s)
+			if err := p.add(ctx, kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}); err != nil {
+				return sum, err
+			}
+			sum.Notifications++
+			sum.NotificationIDs = append(sum.NotificationIDs, id)
+		}
+	}
+	bad := []string{`{"id":"bad","symbol":`, `{"id":"bad"}`, `{"id":"bad","symbol":42}`, `not json`}
+	for k := 0; k < cfg.Malformed; k++ {
+		s := syms[k%len(syms)]
+		if err := p.add(ctx, kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: []byte(bad[k%len(bad)])}); err != nil {
+			return sum, err
+		}
+		sum.Malformed++
+	}
+	if err := p.flush(ctx); err != nil {
+		return sum, err
+	}
+	sum.Elapsed = time.Since(p.start)
+	rate := float64(sum.Records()) / max(sum.Elapsed.Seconds(), 1e-9)
+	fmt.Fprintf(cfg.Progress, "loadgen: done: %d ticks, %d notifications, %d malformed in %s (%.0f records/s)\n",
+		sum.Ticks, sum.Notifications, sum.Malformed, sum.Elapsed.Round(time.Millisecond), rate)
+	return sum, nil
+}
+
+// NewWriter returns a writer partitioning by murmur2, acknowledged by all
+// in-sync replicas, and batching for throughput. Each message names its
+// topic.
+func NewWriter(brokers []string) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(brokers...),
+		Balancer:     &murmur2.Balancer{},
+		RequiredAcks: kafka.RequireAll,
+		BatchSize:    2000,
+		BatchBytes:   4 << 20,
+		BatchTimeout: 5 * time.Millisecond,
+	}
+}
+
+// producer sends messages in batches, paced to a rate, reporting progress.
+type producer struct {
+	w          *kafka.Writer
+	rate       float64
+	total      int
+	out        io.Writer
+	start      time.Time
+	buf        []kafka.Message
+	sent       int
+	lastReport time.Time
+}
+
+const chunk = 1000
+
+func (p *producer) add(ctx context.Context, m kafka.Message) error {
+	m.Time = time.Now()
+	p.buf = append(p.buf, m)
+	size := chunk
+	if p.rate > 0 {
+		size = max(1, min(chunk, int(p.rate/20)))
+	}
+	if len(p.buf) >= size {
+		return p.flush(ctx)
+	}
+	return nil
+}
+
+func (p *producer) flush(ctx context.Context) error {
+	if len(p.buf) == 0 {
+		return nil
+	}
+	if err := p.w.WriteMessages(ctx, p.buf...); err != nil {
+		return fmt.Errorf("loadgen: writing %d records after %d sent: %w", len(p.buf), p.sent, err)
+	}
+	p.sent += len(p.buf)
+	p.buf = p.buf[:0]
+	if p.rate > 0 {
+		// Pace: the sent records are due at sent/rate after the start.
+		due := p.start.Add(time.Duration(float64(p.sent) / p.rate * float64(time.Second)))
+		if d := time.Until(due); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+	if now := time.Now(); now.Sub(p.lastReport) >= time.Second {
+		p.lastReport = now
+		el := now.Sub(p.start).Seconds()
+		rate := float64(p.sent) / el
+		eta := "?"
+		if rate > 0 {
+			eta = time.Duration(float64(p.total-p.sent) / rate * float64(time.Second)).Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(p.out, "loadgen: %d/%d records (%.1f%%), %.0f records/s, ETA %s\n",
+			p.sent, p.total, 100*float64(p.sent)/float64(max(p.total, 1)), rate, eta)
+	}
+	return nil
+}
