@@ -308,8 +308,28 @@ func (m *Member) sendHeartbeat(ctx context.Context, gen int32, memberID string, 
 	if err != nil {
 		return fmt.Errorf("group %q: heartbeat: %w", m.cfg.GroupID, err)
 	}
-	if resp.Error != nil {
-		return fmt.Errorf("group %q: heartbeat: %w", m.cfg.GroupID, resp.Error)
+	if err := responseError(resp.Error, resp.Throttle); err != nil {
+		return fmt.Errorf("group %q: heartbeat: %w", m.cfg.GroupID, err)
+	}
+	return nil
+}
+
+// responseError recovers the top-level error code of a Heartbeat or
+// LeaveGroup response. kafka-go v0.4.51 declares ErrorCode before
+// ThrottleTimeMs in both response structs, but from version 1 on the wire
+// carries the throttle time first (segmentio/kafka-go#1371, open). The
+// decoded Throttle then holds the low half of the real throttle time in its
+// high 16 bits and the real error code in its low 16 bits, and the decoded
+// Error holds the high half of the throttle time (0 unless throttled for
+// more than a minute). Version 0 responses have no throttle time and decode
+// correctly. Once kafka-go is fixed, Throttle is a real (small) duration
+// whose low 16 bits could be misread as an error: drop this then.
+func responseError(decoded error, throttle time.Duration) error {
+	if code := int16(throttle.Milliseconds() & 0xffff); code != 0 {
+		return kafka.Error(code)
+	}
+	if throttle == 0 {
+		return decoded
 	}
 	return nil
 }
@@ -563,7 +583,7 @@ func (m *Member) leave(ctx context.Context, memberID string) error {
 		Members: []kafka.LeaveGroupRequestMember{{ID: memberID, GroupInstanceID: m.cfg.InstanceID}},
 	})
 	if err == nil {
-		err = resp.Error
+		err = responseError(resp.Error, resp.Throttle)
 	}
 	if err == nil {
 		for _, r := range resp.Members {

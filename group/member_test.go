@@ -1,0 +1,539 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+const testPartitions = 6
+
+var testTopics = []string{"market", "notifications"}
+
+// newCluster starts an in-process kfake broker with the two co-partitioned
+// topics (or the given seed options) and a session timeout floor low enough
+// for fast tests.
+func newCluster(t *testing.T, opts ...kfake.Opt) []string {
+	t.Helper()
+	if len(opts) == 0 {
+		opts = []kfake.Opt{kfake.SeedTopics(testPartitions, testTopics...)}
+	}
+	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// recorder is a Handler that records what it is told.
+type recorder struct {
+	mu          sync.Mutex
+	assigned    []Assignment
+	rebalancing int
+	// onRebalancing, when set, runs inside Rebalancing.
+	onRebalancing func(ctx context.Context)
+}
+
+func (r *recorder) Assigned(_ context.Context, a Assignment) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.assigned = append(r.assigned, a)
+}
+
+func (r *recorder) Rebalancing(ctx context.Context) {
+	r.mu.Lock()
+	fn := r.onRebalancing
+	r.mu.Unlock()
+	if fn != nil {
+		fn(ctx)
+	}
+	r.mu.Lock()
+	r.rebalancing++
+	r.mu.Unlock()
+}
+
+func (r *recorder) setOnRebalancing(fn func(context.Context)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onRebalancing = fn
+}
+
+func (r *recorder) counts() (assigned, rebalancing int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.assigned), r.rebalancing
+}
+
+type testMember struct {
+	*Member
+	id     string
+	rec    *recorder
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// stop cancels Run and returns its error.
+func (tm *testMember) stop(t *testing.T) error {
+	t.Helper()
+	tm.cancel()
+	select {
+	case err := <-tm.done:
+		tm.done <- err // for the cleanup
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: Run did not return", tm.id)
+		return nil
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(b []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// startMember runs a member with fast timeouts; edit tweaks the config (and
+// the member, for test hooks) before Run.
+func startMember(t *testing.T, addrs []string, id string, edit func(*Config, *Member)) *testMember {
+	t.Helper()
+	rec := &recorder{}
+	cfg := Config{
+		Brokers:           addrs,
+		GroupID:           "joiner",
+		InstanceID:        id,
+		QueryAddr:         id + ":8080",
+		Topics:            testTopics,
+		SessionTimeout:    time.Second,
+		RebalanceTimeout:  3 * time.Second,
+		HeartbeatInterval: 50 * time.Millisecond,
+		Handler:           rec,
+		Logger:            slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test_member", id),
+	}
+	if edit != nil {
+		edit(&cfg, nil)
+	}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&m.cfg, m)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tm := &testMember{Member: m, id: id, rec: rec, cancel: cancel, done: make(chan error, 1)}
+	go func() { tm.done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-tm.done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: Run did not return", id)
+		}
+	})
+	return tm
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stableTasks waits until every member holds an assignment of the same
+// generation, with those exact members, whose tasks partition 0..P-1, and
+// returns the tasks per instance id.
+func stableTasks(t *testing.T, ms ...*testMember) (map[string][]int, []Assignment) {
+	t.Helper()
+	var tasks map[string][]int
+	var as []Assignment
+	waitFor(t, 15*time.Second, fmt.Sprintf("a stable generation of %d members", len(ms)), func() bool {
+		tasks = map[string][]int{}
+		as = nil
+		seen := make([]bool, testPartitions)
+		var gen int32 = -1
+		for _, m := range ms {
+			a, ok := m.Current()
+			if !ok || (gen >= 0 && a.Generation != gen) {
+				return false
+			}
+			m.mu.Lock()
+			holding := m.gen.valid
+			m.mu.Unlock()
+			if !holding {
+				return false
+			}
+			gen = a.Generation
+			as = append(as, a)
+			tasks[m.id] = a.Topics["market"]
+			for _, p := range a.Topics["market"] {
+				if seen[p] {
+					return false
+				}
+				seen[p] = true
+			}
+		}
+		return !slices.Contains(seen, false)
+	})
+	return tasks, as
+}
+
+func TestSingleMemberGetsEverything(t *testing.T) {
+	addrs := newCluster(t)
+	a := startMember(t, addrs, "pod-a", nil)
+	_, as := stableTasks(t, a)
+	got := as[0]
+	all := []int{0, 1, 2, 3, 4, 5}
+	for _, topic := range testTopics {
+		if !slices.Equal(got.Topics[topic], all) {
+			t.Errorf("%s: %v, want %v", topic, got.Topics[topic], all)
+		}
+	}
+	if !got.Leader || got.Partitions != testPartitions || got.Error != "" || got.MemberID == "" {
+		t.Errorf("assignment %+v", got)
+	}
+	for p, o := range got.Owners {
+		if o != (Owner{"pod-a", "pod-a:8080"}) {
+			t.Errorf("owner of %d = %+v", p, o)
+		}
+	}
+	// Stay stable for a while: no further generation, Assigned once.
+	time.Sleep(300 * time.Millisecond)
+	if n, r := a.rec.counts(); n != 1 || r != 0 {
+		t.Errorf("Assigned %d times, Rebalancing %d times; want 1, 0", n, r)
+	}
+	if err := a.stop(t); err != nil {
+		t.Errorf("Run after clean leave: %v", err)
+	}
+	if _, r := a.rec.counts(); r != 1 {
+		t.Errorf("Rebalancing %d times after leave, want 1", r)
+	}
+}
+
+// checkTransition verifies one rebalance against the planner: moved count
+// and the tasks themselves.
+func checkTransition(t *testing.T, step string, prev, next map[string][]int, as []Assignment) {
+	t.Helper()
+	ids := make([]string, 0, len(next))
+	for id := range next {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	previous := map[string][]int{}
+	for id, tasks := range prev {
+		if _, ok := next[id]; ok {
+			previous[id] = tasks
+		}
+	}
+	want, err := planner.assign(testPartitions, ids, previous)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(next, want.Assignment) {
+		t.Errorf("%s: tasks %v, planner says %v", step, next, want.Assignment)
+	}
+	for _, a := range as {
+		if a.Moved != want.Moved {
+			t.Errorf("%s: Moved = %d, planner says %d", step, a.Moved, want.Moved)
+		}
+		for _, tasks := range [][]int{a.Topics["notifications"]} {
+			if !slices.Equal(tasks, a.Topics["market"]) {
+				t.Errorf("%s: market %v, notifications %v", step, a.Topics["market"], tasks)
+			}
+		}
+	}
+	// Balanced.
+	lo, hi := testPartitions, 0
+	for _, tasks := range next {
+		lo, hi = min(lo, len(tasks)), max(hi, len(tasks))
+	}
+	if hi-lo > 1 {
+		t.Errorf("%s: unbalanced %v", step, next)
+	}
+	if plannerIsStandIn {
+		return
+	}
+	// Sticky: a task whose owner is still here stays unless balance needs it.
+	for id, tasks := range next {
+		old := prev[id]
+		if len(tasks) <= len(old) && !isSubset(tasks, old) || len(tasks) > len(old) && !isSubset(old, tasks) {
+			t.Errorf("%s: %s went from %v to %v", step, id, old, tasks)
+		}
+	}
+}
+
+func isSubset(a, b []int) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestGrowAndShrink(t *testing.T) {
+	addrs := newCluster(t)
+	a := startMember(t, addrs, "pod-a", nil)
+	t1, _ := stableTasks(t, a)
+
+	b := startMember(t, addrs, "pod-b", nil)
+	t2, as := stableTasks(t, a, b)
+	checkTransition(t, "1→2", t1, t2, as)
+
+	c := startMember(t, addrs, "pod-c", nil)
+	t3, as := stableTasks(t, a, b, c)
+	checkTransition(t, "2→3", t2, t3, as)
+
+	// The first leader leaves: kfake then tells every member of the next
+	// generation that it leads.
+	if err := a.stop(t); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	t4, as := stableTasks(t, b, c)
+	checkTransition(t, "3→2", t3, t4, as)
+
+	if err := c.stop(t); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	t5, as := stableTasks(t, b)
+	checkTransition(t, "2→1", t4, t5, as)
+
+	// Every generation reached Assigned once, in order, and every Assigned
+	// was followed by one Rebalancing before the next.
+	for _, m := range []*testMember{a, b, c} {
+		m.rec.mu.Lock()
+		var gens []int32
+		for _, x := range m.rec.assigned {
+			gens = append(gens, x.Generation)
+		}
+		n, r := len(m.rec.assigned), m.rec.rebalancing
+		m.rec.mu.Unlock()
+		if !slices.IsSorted(gens) || len(slices.Compact(slices.Clone(gens))) != len(gens) {
+			t.Errorf("%s: Assigned generations %v", m.id, gens)
+		}
+		if r != n && r != n-1 {
+			t.Errorf("%s: %d Assigned, %d Rebalancing", m.id, n, r)
+		}
+	}
+}
+
+func TestHungMemberLosesTasksAfterSessionTimeout(t *testing.T) {
+	addrs := newCluster(t)
+	a := startMember(t, addrs, "pod-a", nil)
+	b := startMember(t, addrs, "pod-b", nil)
+	c := startMember(t, addrs, "pod-c", nil)
+	stableTasks(t, a, b, c)
+
+	n0, r0 := c.rec.counts()
+	start := time.Now()
+	c.abandoned.Store(true) // no more heartbeats, no LeaveGroup
+	tasks, _ := stableTasks(t, a, b)
+	if len(tasks["pod-a"])+len(tasks["pod-b"]) != testPartitions {
+		t.Errorf("tasks %v", tasks)
+	}
+	t.Logf("tasks resumed elsewhere %v after the last heartbeat (session timeout %v)", time.Since(start), time.Second)
+	if n, r := c.rec.counts(); n != n0 || r != r0 {
+		t.Errorf("hung member: Assigned %d, Rebalancing %d; want no new calls (%d, %d)", n, r, n0, r0)
+	}
+}
+
+func TestCleanLeaveRebalancesPromptly(t *testing.T) {
+	addrs := newCluster(t)
+	slow := func(cfg *Config, _ *Member) { cfg.SessionTimeout = 6 * time.Second; cfg.HeartbeatInterval = 100 * time.Millisecond }
+	a := startMember(t, addrs, "pod-a", slow)
+	b := startMember(t, addrs, "pod-b", slow)
+	stableTasks(t, a, b)
+	start := time.Now()
+	if err := b.stop(t); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	stableTasks(t, a)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("rebalance after a clean leave took %v, session timeout is 6s", d)
+	}
+}
+
+func TestCommitAndFetchOffsets(t *testing.T) {
+	addrs := newCluster(t)
+	a := startMember(t, addrs, "pod-a", nil)
+	ctx := context.Background()
+	if err := a.Commit(ctx, map[string]map[int]int64{"market": {0: 1}}); !errors.Is(err, ErrRebalancing) {
+		// Only before the first assignment; the member may already have one.
+		if _, ok := a.Current(); !ok {
+			t.Errorf("commit before the first assignment: %v", err)
+		}
+	}
+	_, as := stableTasks(t, a)
+	if err := a.Commit(ctx, map[string]map[int]int64{"market": {0: 42, 1: 7}, "notifications": {0: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.FetchOffsets(ctx, "market", []int{0, 1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[int]int64{0: 42, 1: 7, 2: -1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("offsets %v, want %v", got, want)
+	}
+	got, err = a.FetchOffsets(ctx, "notifications", []int{0})
+	if err != nil || got[0] != 3 {
+		t.Errorf("notifications offsets %v, %v", got, err)
+	}
+
+	// The broker's answer for a generation that is over.
+	stale := generation{id: as[0].Generation - 1, memberID: as[0].MemberID, valid: true}
+	if err := a.commit(ctx, stale, map[string]map[int]int64{"market": {0: 50}}); !errors.Is(err, ErrRebalancing) {
+		t.Errorf("commit with a stale generation: %v, want ErrRebalancing", err)
+	}
+	if !errors.Is(fmt.Errorf("x: %w", ErrRebalancing), ErrRebalancing) {
+		t.Fatal("unreachable")
+	}
+}
+
+func TestCommitDuringRebalance(t *testing.T) {
+	addrs := newCluster(t)
+	a := startMember(t, addrs, "pod-a", nil)
+	release := make(chan struct{})
+	var commitInRebalancing error
+	a.rec.setOnRebalancing(func(ctx context.Context) {
+		// The handler's own commit, while the rebalance is being prepared.
+		commitInRebalancing = a.Commit(ctx, map[string]map[int]int64{"market": {0: 10}})
+	})
+	c := startMember(t, addrs, "pod-c", nil)
+	c.rec.setOnRebalancing(func(ctx context.Context) {
+		select { // hold the rebalance open
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+	stableTasks(t, a, c)
+	n0, r0 := a.rec.counts()
+
+	startMember(t, addrs, "pod-b", nil)
+	waitFor(t, 5*time.Second, "pod-a's Rebalancing", func() bool { _, r := a.rec.counts(); return r == r0+1 })
+	if commitInRebalancing != nil {
+		t.Errorf("commit inside Rebalancing: %v", commitInRebalancing)
+	}
+	waitFor(t, 2*time.Second, "Commit to return ErrRebalancing", func() bool {
+		err := a.Commit(context.Background(), map[string]map[int]int64{"market": {0: 11}})
+		return errors.Is(err, ErrRebalancing)
+	})
+	close(release)
+	waitFor(t, 10*time.Second, "the next assignment", func() bool { n, _ := a.rec.counts(); return n == n0+1 })
+	if err := a.Commit(context.Background(), map[string]map[int]int64{"market": {0: 12}}); err != nil {
+		t.Errorf("commit after the rebalance: %v", err)
+	}
+}
+
+func TestCorruptSubscriptionOwnsNothing(t *testing.T) {
+	addrs := newCluster(t)
+	a := startMember(t, addrs, "pod-a", nil)
+	stableTasks(t, a)
+	b := startMember(t, addrs, "pod-b", func(_ *Config, m *Member) {
+		if m != nil {
+			m.encodeSub = func(subscription) ([]byte, error) { return []byte{1, 0xff, 0xff, 0xff, 0xff}, nil }
+		}
+	})
+	tasks, as := stableTasks(t, a, b)
+	if len(tasks["pod-b"]) != 3 {
+		t.Errorf("tasks %v", tasks)
+	}
+	// The owner map carries no address for the member whose user data was
+	// unreadable, but names it.
+	for p, o := range as[0].Owners {
+		if slices.Contains(tasks["pod-b"], p) && o != (Owner{InstanceID: "pod-b"}) {
+			t.Errorf("owner of %d = %+v", p, o)
+		}
+	}
+}
+
+func TestNotCopartitioned(t *testing.T) {
+	addrs := newCluster(t, kfake.SeedTopics(6, "market"), kfake.SeedTopics(8, "notifications"))
+	a := startMember(t, addrs, "pod-a", nil)
+	waitFor(t, 10*time.Second, "an assignment", func() bool { _, ok := a.Current(); return ok })
+	got, _ := a.Current()
+	if !strings.Contains(got.Error, "6") || !strings.Contains(got.Error, "8") {
+		t.Errorf("error %q does not name the counts", got.Error)
+	}
+	for topic, ps := range got.Topics {
+		if len(ps) != 0 {
+			t.Errorf("%s: %v", topic, ps)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	ok := Config{Brokers: []string{"x:1"}, GroupID: "g", InstanceID: "i", Topics: []string{"t"}, Handler: &recorder{}}
+	for name, edit := range map[string]func(*Config){
+		"group":     func(c *Config) { c.GroupID = "" },
+		"instance":  func(c *Config) { c.InstanceID = "" },
+		"topics":    func(c *Config) { c.Topics = nil },
+		"repeated":  func(c *Config) { c.Topics = []string{"t", "t"} },
+		"handler":   func(c *Config) { c.Handler = nil },
+		"brokers":   func(c *Config) { c.Brokers = nil },
+		"assignor":  func(c *Config) { c.Assignor = "sticky" },
+		"heartbeat": func(c *Config) { c.SessionTimeout = time.Second; c.HeartbeatInterval = time.Second },
+		"long id":   func(c *Config) { c.InstanceID = strings.Repeat("x", maxIDLen+1) },
+	} {
+		cfg := ok
+		edit(&cfg)
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	m, err := New(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.cfg.Assignor != AssignorCopartition || m.cfg.SessionTimeout != 10*time.Second ||
+		m.cfg.RebalanceTimeout != 30*time.Second || m.cfg.HeartbeatInterval != time.Second || m.cfg.Logger == nil {
+		t.Errorf("defaults %+v", m.cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.Run(ctx); err != nil {
+		t.Errorf("Run with a cancelled context: %v", err)
+	}
+	if err := m.Run(ctx); err == nil {
+		t.Error("second Run accepted")
+	}
+}
+
+// TestKafkaGoHeartbeatResponseOrder pins the kafka-go bug responseError works
+// around: when it fails, kafka-go decodes Heartbeat responses correctly and
+// responseError must go.
+func TestKafkaGoHeartbeatResponseOrder(t *testing.T) {
+	addrs := newCluster(t)
+	a := startMember(t, addrs, "pod-a", nil)
+	stableTasks(t, a)
+	c := &kafka.Client{Addr: kafka.TCP(addrs...)}
+	resp, err := c.Heartbeat(context.Background(), &kafka.HeartbeatRequest{GroupID: "joiner", GenerationID: 1, MemberID: "bogus"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Error != nil || resp.Throttle != time.Duration(kafka.UnknownMemberId)*time.Millisecond {
+		t.Fatalf("kafka-go now decodes Heartbeat responses as %+v: remove the responseError workaround", resp)
+	}
+	if err := responseError(resp.Error, resp.Throttle); !errors.Is(err, kafka.UnknownMemberId) {
+		t.Errorf("responseError = %v", err)
+	}
+}
