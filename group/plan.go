@@ -7,23 +7,9 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/joiner-dev/joiner/copartition"
 	"github.com/segmentio/kafka-go"
 )
-
-// taskPlan mirrors copartition.Plan: tasks per member id, every member
-// present, ascending lists, and how many tasks changed owner.
-type taskPlan struct {
-	Assignment map[string][]int
-	Moved      int
-}
-
-// taskPlanner is the co-partition planner the leader calls: validate checks
-// partition counts, assign is the balanced-then-sticky recipe keyed by stable
-// member ids (instance ids here).
-type taskPlanner struct {
-	validate func(topics map[string]int) error
-	assign   func(partitions int, members []string, previous map[string][]int) (taskPlan, error)
-}
 
 // joinedMember is one member of a JoinGroup response as the leader sees it.
 type joinedMember struct {
@@ -102,9 +88,12 @@ func computePlan(in planInput) (planOutput, error) {
 		return out, nil
 	}
 
-	// Previous owners, from the subscriptions, restricted to real tasks.
+	// Previous owners, from the subscriptions, restricted to real tasks. A
+	// task claimed by several members has no previous owner (as in
+	// copartition.Assign).
 	previous := make(map[string][]int, len(members))
 	prevOwner := make([]string, partitions)
+	const contested = "\x00contested"
 	for _, m := range members {
 		var owned []int
 		for _, p := range m.Sub.Owned {
@@ -112,6 +101,8 @@ func computePlan(in planInput) (planOutput, error) {
 				owned = append(owned, p)
 				if prevOwner[p] == "" {
 					prevOwner[p] = m.InstanceID
+				} else {
+					prevOwner[p] = contested
 				}
 			}
 		}
@@ -130,10 +121,10 @@ func computePlan(in planInput) (planOutput, error) {
 	}
 	switch in.Assignor {
 	case AssignorCopartition, "":
-		plan, err := planner.assign(partitions, ids, previous)
+		plan, err := copartition.Assign(partitions, ids, previous)
 		if err != nil {
 			out.Warnings = append(out.Warnings, fmt.Sprintf("planner rejected the reported owned tasks (%v); planned from scratch", err))
-			plan, err = planner.assign(partitions, ids, nil)
+			plan, err = copartition.Assign(partitions, ids, nil)
 		}
 		if err != nil {
 			return planOutput{}, fmt.Errorf("group: plan: %w", err)
@@ -224,7 +215,7 @@ func checkCounts(topics []string, counts map[string]int) (int, error) {
 		}
 		known[t] = n
 	}
-	if err := planner.validate(known); err != nil {
+	if err := copartition.Validate(known); err != nil {
 		return 0, err
 	}
 	p := known[topics[0]]

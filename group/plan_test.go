@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/joiner-dev/joiner/copartition"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -186,7 +187,7 @@ func TestPlanCopartitionUsesPlanner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := planner.assign(6, []string{"pod-0", "pod-1", "pod-2"}, owned)
+	want, err := copartition.Assign(6, []string{"pod-0", "pod-1", "pod-2"}, owned)
 	if err != nil {
 		t.Fatal(err)
 	}
