@@ -1,0 +1,28 @@
+package statestore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// pebbleLogger routes Pebble's own log lines to slog: informational lines
+// at Debug, errors at Error. Fatalf logs at Error and panics, since Pebble
+// expects it not to return.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	if p.l.Enabled(context.Background(), slog.LevelDebug) {
+		p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	p.l.Error(msg)
+	panic(msg)
+}
