@@ -16,6 +16,7 @@ import (
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 const testPartitions = 6
@@ -27,16 +28,21 @@ var testTopics = []string{"market", "notifications"}
 // for fast tests.
 func newCluster(t *testing.T, opts ...kfake.Opt) []string {
 	t.Helper()
+	return startCluster(t, 1, opts...).ListenAddrs()
+}
+
+func startCluster(t *testing.T, brokers int, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
 	if len(opts) == 0 {
 		opts = []kfake.Opt{kfake.SeedTopics(testPartitions, testTopics...)}
 	}
-	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)
+	opts = append([]kfake.Opt{kfake.NumBrokers(brokers), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return c
 }
 
 // recorder is a Handler that records what it is told.
@@ -551,5 +557,59 @@ func TestOwnedReportedBeforeFirstAssignment(t *testing.T) {
 	tasks, _ := stableTasks(t, a, b)
 	if want := []int{0, 1, 2}; !slices.Equal(tasks["pod-b"], want) {
 		t.Errorf("pod-b got %v, want its state's tasks %v (all: %v)", tasks["pod-b"], want, tasks)
+	}
+}
+
+// TestCoordinatorMoves: heartbeats follow the coordinator to another broker
+// (NOT_COORDINATOR, find it again) without losing the generation.
+func TestCoordinatorMoves(t *testing.T) {
+	c := startCluster(t, 3)
+	addrs := c.ListenAddrs()
+	a := startMember(t, addrs, "pod-a", nil)
+	b := startMember(t, addrs, "pod-b", nil)
+	_, before := stableTasks(t, a, b)
+	old := c.CoordinatorFor("joiner")
+	for i := 0; c.CoordinatorFor("joiner") == old; i++ {
+		if i > 100 {
+			t.Fatal("the coordinator never moved")
+		}
+		c.RehashCoordinators()
+	}
+	// Two session timeouts: long enough for a member whose heartbeats go
+	// nowhere to be dropped.
+	time.Sleep(2 * time.Second)
+	_, after := stableTasks(t, a, b)
+	if after[0].Generation != before[0].Generation {
+		t.Errorf("generation went from %d to %d after the coordinator moved", before[0].Generation, after[0].Generation)
+	}
+	if err := a.Commit(context.Background(), map[string]map[int]int64{"market": {0: 5}}); err != nil {
+		t.Errorf("commit after the coordinator moved: %v", err)
+	}
+}
+
+// TestSyncGroupConnectionClosed: a SyncGroup answered by a closed connection
+// (what kfake does for a generation that is already rebalancing) makes the
+// member rejoin.
+func TestSyncGroupConnectionClosed(t *testing.T) {
+	c := startCluster(t, 1)
+	var once sync.Once
+	closed := make(chan struct{})
+	c.ControlKey(int16(kmsg.SyncGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		handled := false
+		once.Do(func() { handled = true; close(closed) })
+		if !handled {
+			c.DropControl()
+		}
+		return nil, errors.New("injected: close the connection"), handled
+	})
+	a := startMember(t, c.ListenAddrs(), "pod-a", nil)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no SyncGroup was sent")
+	}
+	tasks, _ := stableTasks(t, a)
+	if len(tasks["pod-a"]) != testPartitions {
+		t.Errorf("tasks %v", tasks)
 	}
 }
