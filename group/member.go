@@ -43,6 +43,10 @@ type Member struct {
 	current    Assignment
 	hasCurrent bool
 
+	// metadataEvery is how often the planning leader compares partition
+	// counts with its plan (metadataCheckEvery; tests shorten it).
+	metadataEvery time.Duration
+
 	// Test hooks.
 	encodeSub func(subscription) ([]byte, error) // encoder of this member's subscription user data
 	abandoned atomic.Bool                        // stop heartbeating, never leave (a hung process)
@@ -111,7 +115,8 @@ func New(cfg Config) (*Member, error) {
 		cfg:       cfg,
 		client:    cfg.Client,
 		log:       cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
-		encodeSub: encodeSubscription,
+		encodeSub:     encodeSubscription,
+		metadataEvery: metadataCheckEvery,
 	}
 	if m.client == nil {
 		m.own = &kafka.Transport{}
@@ -263,7 +268,7 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		if a.Leader && time.Since(lastCheck) >= metadataCheckEvery {
+		if a.Leader && time.Since(lastCheck) >= m.metadataEvery {
 			lastCheck = time.Now()
 			if err := m.checkMetadata(ctx, a); err != nil {
 				return err

@@ -613,3 +613,33 @@ func TestSyncGroupConnectionClosed(t *testing.T) {
 		t.Errorf("tasks %v", tasks)
 	}
 }
+
+// TestLeaderReplansWhenPartitionsChange: topics that are not co-partitioned
+// give every member an empty assignment naming the counts; once partitions
+// are added, the planning leader notices and the group is replanned.
+func TestLeaderReplansWhenPartitionsChange(t *testing.T) {
+	c := startCluster(t, 1, kfake.SeedTopics(6, "market"), kfake.SeedTopics(8, "notifications"))
+	addrs := c.ListenAddrs()
+	client := &kafka.Client{Addr: kafka.TCP(addrs...), Transport: &kafka.Transport{MetadataTTL: 50 * time.Millisecond}}
+	a := startMember(t, addrs, "pod-a", func(cfg *Config, m *Member) {
+		cfg.Client = client
+		if m != nil {
+			m.client = client
+			m.metadataEvery = 100 * time.Millisecond
+		}
+	})
+	waitFor(t, 10*time.Second, "the planning error", func() bool { cur, ok := a.Current(); return ok && cur.Error != "" })
+	resp, err := client.CreatePartitions(context.Background(), &kafka.CreatePartitionsRequest{
+		Topics: []kafka.TopicPartitionsConfig{{Name: "market", Count: 8}},
+	})
+	if err == nil {
+		err = resp.Errors["market"]
+	}
+	if err != nil {
+		t.Fatalf("create partitions: %v", err)
+	}
+	waitFor(t, 10*time.Second, "a plan over 8 tasks", func() bool {
+		cur, ok := a.Current()
+		return ok && cur.Error == "" && cur.Partitions == 8 && len(cur.Topics["notifications"]) == 8
+	})
+}
