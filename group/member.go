@@ -112,9 +112,9 @@ func New(cfg Config) (*Member, error) {
 		cfg.Logger = slog.Default()
 	}
 	m := &Member{
-		cfg:       cfg,
-		client:    cfg.Client,
-		log:       cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
+		cfg:           cfg,
+		client:        cfg.Client,
+		log:           cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
 		encodeSub:     encodeSubscription,
 		metadataEvery: metadataCheckEvery,
 	}
