@@ -102,6 +102,8 @@ type Worker struct {
 
 	local, remoteN, miss atomic.Int64
 	restoredRecords      atomic.Int64
+	restores             atomic.Int64 // state tasks started
+	moved                atomic.Int64
 	commitMu             sync.Mutex               // serializes commits
 	committed            map[string]map[int]int64 // last successful commit; guarded by commitMu
 }
@@ -202,6 +204,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 	w.metrics.Rebalances.Inc()
 	if a.Leader {
 		w.metrics.TasksMoved.Add(float64(a.Moved))
+		w.moved.Add(int64(a.Moved))
 	}
 	wantState := a.Topics[w.cfg.MarketTopic]
 	wantProc := a.Topics[w.cfg.NotificationsTopic]
@@ -253,6 +256,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 			continue
 		}
 		st := newStateTask(w, p, store)
+		w.restores.Add(1)
 		w.mu.Lock()
 		w.states[p] = st
 		w.mu.Unlock()
@@ -427,7 +431,13 @@ type Stats struct {
 	// StateTasks are the market partitions whose state it holds.
 	StateTasks          []int
 	Local, Remote, Miss int64
-	RestoredRecords     int64
+	// RestoredRecords counts market records read by restores; Restores
+	// counts the state tasks started (each restores before it tails).
+	RestoredRecords int64
+	Restores        int64
+	// Moved sums the moved counts of the plans this worker computed as
+	// leader.
+	Moved int64
 }
 
 // Stats returns a snapshot of the worker's assignment and join counts.
@@ -444,6 +454,8 @@ func (w *Worker) Stats() Stats {
 		Remote:          w.remoteN.Load(),
 		Miss:            w.miss.Load(),
 		RestoredRecords: w.restoredRecords.Load(),
+		Restores:        w.restores.Load(),
+		Moved:           w.moved.Load(),
 	}
 }
 

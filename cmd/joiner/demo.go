@@ -1,12 +1,67 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/joiner-dev/joiner/demo"
 )
 
-// runDemo is a placeholder until the subcommand lands.
-func runDemo(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "joiner demo: not implemented yet")
-	return 1
+// runDemo is `joiner demo`: embedded broker, workers and load generator in
+// one process, with a report.
+func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlagSet("demo", "demo [flags]", stderr, false)
+	var (
+		cfg     demo.Config
+		asJSON  bool
+		verbose bool
+	)
+	fs.IntVar(&cfg.Workers, "workers", 4, "workers to run; with more workers than partitions some sit idle")
+	fs.IntVar(&cfg.Partitions, "partitions", 6, "partitions of every topic")
+	fs.IntVar(&cfg.Symbols, "symbols", 10, "number of symbols")
+	fs.IntVar(&cfg.TicksPerSymbol, "ticks-per-symbol", 1, "price ticks per symbol")
+	fs.IntVar(&cfg.NotificationsPerSymbol, "notifications-per-symbol", 3, "notifications per symbol")
+	fs.StringVar(&cfg.Assignor, "assignor", "copartition", "leader's plan: copartition, roundrobin or range")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "give up after this long (default 5m)")
+	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
+	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")
+	if status, ok := parseFlags(fs, args, false); !ok {
+		return status
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "joiner demo: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "joiner demo: %v\n", err)
+		return 2
+	}
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Progress = stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := demo.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "joiner demo: %v\n", err)
+		return 1
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return 1
+	}
+	if asJSON {
+		if err := rep.WriteJSON(stdout); err != nil {
+			return 1
+		}
+	}
+	return 0
 }

@@ -1,12 +1,75 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/joiner-dev/joiner/node"
 )
 
-// runWorker is a placeholder until the subcommand lands.
-func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "joiner run: not implemented yet")
-	return 1
+// runWorker is `joiner run`: one worker of the consumer group.
+func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
+	fs := newFlagSet("run", "run [flags]", stderr, true)
+	var (
+		cfg                node.Config
+		brokers, stateDirs string
+		logFormat, logLvl  string
+	)
+	fs.StringVar(&brokers, "brokers", "localhost:9092", "Kafka bootstrap brokers, comma-separated")
+	fs.StringVar(&cfg.Group, "group", "joiner", "consumer group id")
+	fs.StringVar(&cfg.InstanceID, "instance-id", "", "stable member id, e.g. the pod name (default the hostname)")
+	fs.StringVar(&cfg.Topics.Market, "market-topic", "market", "topic of price ticks")
+	fs.StringVar(&cfg.Topics.Notifications, "notifications-topic", "notifications", "topic of notifications")
+	fs.StringVar(&cfg.Topics.Alerts, "alerts-topic", "alerts", "topic the enriched alerts are written to")
+	fs.StringVar(&cfg.Topics.DeadLetter, "dead-letter-topic", "joiner-dead-letters", "topic malformed records are routed to")
+	fs.StringVar(&stateDirs, "state-dir", "./state", "directories for the per-task stores, comma-separated")
+	fs.StringVar(&cfg.Placement, "state-placement", "free-bytes", "where new task stores go among the state dirs: free-bytes or tasks")
+	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", 256<<20, "Pebble block cache shared by the task stores, bytes")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", ":8080", "listen address of /metrics, /healthz, /readyz and /v1/prices")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "host:port other workers use to reach this one (default hostname and the --http-addr port)")
+	fs.BoolVar(&cfg.CreateTopics, "create-topics", false, "create missing topics with --partitions partitions")
+	fs.IntVar(&cfg.Partitions, "partitions", 6, "partitions of topics created by --create-topics")
+	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 1, "replication factor of topics created by --create-topics")
+	fs.StringVar(&cfg.Assignor, "assignor", "copartition", "leader's plan: copartition, roundrobin or range")
+	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
+	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 30*time.Second, "group rebalance timeout; also bounds a clean leave")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
+	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "longest a notification waits for the market to be read past its timestamp")
+	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
+	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&logLvl, "log-level", "info", "log level: debug, info, warn or error")
+	if status, ok := parseFlags(fs, args, true); !ok {
+		return status
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "joiner run: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	log, err := newLogger(stderr, logFormat, logLvl)
+	if err != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 2
+	}
+	cfg.Brokers = splitList(brokers)
+	cfg.StateDirs = splitList(stateDirs)
+	cfg.ProcessMetrics = true
+	cfg.Logger = log
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := node.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 1
+	}
+	if err := n.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 1
+	}
+	return 0
 }

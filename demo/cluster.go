@@ -1,0 +1,340 @@
+// Package demo runs joiner end to end in one process: an embedded Kafka
+// broker (kfake), several workers, and the load generator. `joiner demo`
+// prints its report; the tests use the same pieces to grow, shrink, crash
+// and restart workers.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/joiner-dev/joiner/join"
+	"github.com/joiner-dev/joiner/node"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Broker is an embedded single-node Kafka-compatible broker with the
+// joiner topics created.
+type Broker struct {
+	cluster *kfake.Cluster
+	Addrs   []string
+	Topics  node.Topics
+	// Partitions of every topic.
+	Partitions int
+	Client     *kafka.Client
+}
+
+// StartBroker starts an embedded broker whose topics all have partitions
+// partitions. Session timeouts down to 500ms are allowed, for tests.
+func StartBroker(partitions int) (*Broker, error) {
+	if partitions < 1 {
+		return nil, fmt.Errorf("partitions must be at least 1, got %d", partitions)
+	}
+	t := node.Topics{Market: "market", Notifications: "notifications", Alerts: "alerts", DeadLetter: "joiner-dead-letters"}
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.GroupMinSessionTimeout(500*time.Millisecond),
+		kfake.SeedTopics(int32(partitions), t.Market, t.Notifications, t.Alerts, t.DeadLetter),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("starting the embedded broker: %w", err)
+	}
+	addrs := c.ListenAddrs()
+	return &Broker{
+		cluster:    c,
+		Addrs:      addrs,
+		Topics:     t,
+		Partitions: partitions,
+		Client:     &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 10 * time.Second},
+	}, nil
+}
+
+// Close stops the broker.
+func (b *Broker) Close() { b.cluster.Close() }
+
+// WorkerOptions tunes the workers a Fleet starts.
+type WorkerOptions struct {
+	Group             string
+	Assignor          string
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
+	HeartbeatInterval time.Duration
+	MaxTaskIdle       time.Duration
+	CommitInterval    time.Duration
+	Logger            *slog.Logger
+}
+
+// Fleet starts and stops in-process workers against one broker. Each
+// worker has its own state dir under Dir and its own HTTP listener.
+type Fleet struct {
+	Broker *Broker
+	Dir    string
+	Opts   WorkerOptions
+
+	mu      sync.Mutex
+	running map[string]*Running
+}
+
+// Running is one started worker.
+type Running struct {
+	Node   *node.Node
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// NewFleet returns a fleet keeping state under dir.
+func NewFleet(b *Broker, dir string, opts WorkerOptions) *Fleet {
+	return &Fleet{Broker: b, Dir: dir, Opts: opts, running: map[string]*Running{}}
+}
+
+// Start starts a worker with the given instance id. Its state dir is
+// Dir/<instance>, so a worker started again with the same id finds its
+// stores.
+func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.running[instance]; ok {
+		return nil, fmt.Errorf("worker %s is already running", instance)
+	}
+	o := f.Opts
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = 6 * time.Second
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = 500 * time.Millisecond
+	}
+	if o.RebalanceTimeout == 0 {
+		o.RebalanceTimeout = 10 * time.Second
+	}
+	if o.CommitInterval == 0 {
+		o.CommitInterval = 200 * time.Millisecond
+	}
+	n, err := node.New(ctx, node.Config{
+		Brokers:           f.Broker.Addrs,
+		Group:             o.Group,
+		InstanceID:        instance,
+		Topics:            f.Broker.Topics,
+		StateDirs:         []string{filepath.Join(f.Dir, instance)},
+		CacheBytes:        8 << 20,
+		HTTPAddr:          "127.0.0.1:0",
+		Assignor:          o.Assignor,
+		SessionTimeout:    o.SessionTimeout,
+		RebalanceTimeout:  o.RebalanceTimeout,
+		HeartbeatInterval: o.HeartbeatInterval,
+		MaxTaskIdle:       o.MaxTaskIdle,
+		CommitInterval:    o.CommitInterval,
+		Logger:            o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting worker %s: %w", instance, err)
+	}
+	if err := os.MkdirAll(filepath.Join(f.Dir, instance), 0o755); err != nil {
+		n.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &Running{Node: n, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- n.Run(rctx) }()
+	f.running[instance] = r
+	return r, nil
+}
+
+// Stop stops a worker cleanly (it leaves the group) and waits for it.
+func (f *Fleet) Stop(instance string) error {
+	f.mu.Lock()
+	r, ok := f.running[instance]
+	delete(f.running, instance)
+	f.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("worker %s is not running", instance)
+	}
+	r.cancel()
+	return <-r.done
+}
+
+// StopAll stops every worker.
+func (f *Fleet) StopAll() error {
+	f.mu.Lock()
+	names := make([]string, 0, len(f.running))
+	for name := range f.running {
+		names = append(names, name)
+	}
+	f.mu.Unlock()
+	var errs []error
+	for _, name := range names {
+		errs = append(errs, f.Stop(name))
+	}
+	return errors.Join(errs...)
+}
+
+// Workers returns the running workers' nodes.
+func (f *Fleet) Workers() map[string]*node.Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]*node.Node, len(f.running))
+	for name, r := range f.running {
+		out[name] = r.Node
+	}
+	return out
+}
+
+// WaitStable waits until the running workers share one generation, every
+// partition of both topics is assigned exactly once among them, and every
+// worker is ready (its tasks restored). It returns that generation.
+func (f *Fleet) WaitStable(ctx context.Context, timeout time.Duration) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last string
+	for {
+		gen, why := f.stable()
+		if why == "" {
+			return gen, nil
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("workers not stable after %s: %s", timeout, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (f *Fleet) stable() (int32, string) {
+	nodes := f.Workers()
+	if len(nodes) == 0 {
+		return 0, "no workers"
+	}
+	var gen int32 = -1
+	seen := map[string][]int{}
+	for name, n := range nodes {
+		s := n.Worker().Stats()
+		if gen == -1 {
+			gen = s.Generation
+		} else if s.Generation != gen {
+			return 0, fmt.Sprintf("generations differ (%s at %d, another at %d)", name, s.Generation, gen)
+		}
+		if ok, why := n.Worker().Ready(); !ok {
+			return 0, name + ": " + why
+		}
+		for _, p := range s.Tasks {
+			seen["n"] = append(seen["n"], p)
+		}
+		for _, p := range s.StateTasks {
+			seen["m"] = append(seen["m"], p)
+		}
+	}
+	for _, k := range []string{"n", "m"} {
+		if len(seen[k]) != f.Broker.Partitions {
+			return 0, fmt.Sprintf("%d of %d partitions assigned", len(seen[k]), f.Broker.Partitions)
+		}
+		count := map[int]int{}
+		for _, p := range seen[k] {
+			count[p]++
+			if count[p] > 1 {
+				return 0, fmt.Sprintf("partition %d assigned twice", p)
+			}
+		}
+	}
+	return gen, ""
+}
+
+// Alerts collects the alerts topic from the beginning.
+type Alerts struct {
+	// ByID counts the alerts of each notification id.
+	ByID map[string]int
+	// Records is the number of alert records read.
+	Records int
+	// Last is the last alert of each notification id.
+	Last map[string]join.Alert
+}
+
+// Duplicates is the number of alert records beyond one per notification.
+func (a *Alerts) Duplicates() int { return a.Records - len(a.ByID) }
+
+// CollectAlerts reads the alerts topic until done reports true for what
+// was read or ctx ends.
+func (b *Broker) CollectAlerts(ctx context.Context, done func(*Alerts) bool) (*Alerts, error) {
+	return b.collect(ctx, b.Topics.Alerts, func(a *Alerts, rec kafka.Record, value []byte) {
+		var al join.Alert
+		if err := json.Unmarshal(value, &al); err == nil {
+			a.ByID[al.ID]++
+			a.Last[al.ID] = al
+		}
+		a.Records++
+	}, done)
+}
+
+func (b *Broker) collect(ctx context.Context, topic string, each func(*Alerts, kafka.Record, []byte), done func(*Alerts) bool) (*Alerts, error) {
+	a := &Alerts{ByID: map[string]int{}, Last: map[string]join.Alert{}}
+	next := make([]int64, b.Partitions)
+	for {
+		if done(a) {
+			return a, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return a, fmt.Errorf("reading %s: %w", topic, err)
+		}
+		got := 0
+		for p := range next {
+			res, err := b.Client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: next[p], MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 20 * time.Millisecond})
+			if err != nil {
+				if ctx.Err() != nil {
+					return a, fmt.Errorf("reading %s: %w", topic, ctx.Err())
+				}
+				continue
+			}
+			for {
+				rec, err := res.Records.ReadRecord()
+				if err != nil {
+					break
+				}
+				if rec.Offset < next[p] {
+					continue
+				}
+				v, _ := kafka.ReadAll(rec.Value)
+				each(a, *rec, v)
+				next[p] = rec.Offset + 1
+				got++
+			}
+		}
+		if got == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// DeadLetter is one record of the dead-letter topic.
+type DeadLetter struct {
+	Reason string
+	Source string
+	Value  string
+}
+
+// CollectDeadLetters reads the dead-letter topic until done reports true.
+func (b *Broker) CollectDeadLetters(ctx context.Context, done func([]DeadLetter) bool) ([]DeadLetter, error) {
+	var out []DeadLetter
+	_, err := b.collect(ctx, b.Topics.DeadLetter, func(_ *Alerts, rec kafka.Record, value []byte) {
+		d := DeadLetter{Value: string(value)}
+		for _, h := range rec.Headers {
+			switch h.Key {
+			case "joiner-dead-letter-reason":
+				d.Reason = string(h.Value)
+			case "joiner-source":
+				d.Source = string(h.Value)
+			}
+		}
+		out = append(out, d)
+	}, func(*Alerts) bool { return done(out) })
+	return out, err
+}

@@ -1,0 +1,230 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/joiner-dev/joiner/loadgen"
+)
+
+// Config configures a demo run. Zero values take the defaults shown, which
+// reproduce seed 004's experiment: 4 workers, 6 partitions, 10 symbols × 3
+// notifications.
+type Config struct {
+	Workers                int    // Default: 4.
+	Partitions             int    // Default: 6.
+	Symbols                int    // Default: 10.
+	TicksPerSymbol         int    // Default: 1.
+	NotificationsPerSymbol int    // Default: 3.
+	Assignor               string // copartition (default), roundrobin or range.
+	// Timeout bounds the whole run. Default: 5m.
+	Timeout time.Duration
+	// Progress receives progress lines. Default: io.Discard.
+	Progress io.Writer
+	// Logger receives the workers' logs. Default: warnings to stderr.
+	Logger *slog.Logger
+}
+
+// Joins counts join results.
+type Joins struct {
+	Local  int64 `json:"local"`
+	Remote int64 `json:"remote"`
+	Miss   int64 `json:"miss"`
+}
+
+// WorkerReport is one worker's line of the report.
+type WorkerReport struct {
+	Instance string `json:"instance"`
+	Tasks    []int  `json:"tasks"`
+	Local    int64  `json:"local"`
+	Remote   int64  `json:"remote"`
+	Miss     int64  `json:"miss"`
+}
+
+// Report is the outcome of a demo run; its JSON form is the contract of
+// `joiner demo --json`.
+type Report struct {
+	Workers       int            `json:"workers"`
+	Partitions    int            `json:"partitions"`
+	Notifications int            `json:"notifications"`
+	Alerts        int            `json:"alerts"`
+	Joins         Joins          `json:"joins"`
+	PerWorker     []WorkerReport `json:"per_worker"`
+}
+
+func (c *Config) defaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Workers, 4)
+	def(&c.Partitions, 6)
+	def(&c.Symbols, 10)
+	def(&c.TicksPerSymbol, 1)
+	def(&c.NotificationsPerSymbol, 3)
+	if c.Assignor == "" {
+		c.Assignor = "copartition"
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 5 * time.Minute
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+}
+
+// Validate reports a configuration the demo cannot run.
+func (c Config) Validate() error {
+	c.defaults()
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", c.Workers)
+	case c.Partitions < 1:
+		return fmt.Errorf("--partitions must be at least 1, got %d", c.Partitions)
+	case c.Symbols < 1:
+		return fmt.Errorf("--symbols must be at least 1, got %d", c.Symbols)
+	case c.TicksPerSymbol < 0 || c.NotificationsPerSymbol < 0:
+		return fmt.Errorf("--ticks-per-symbol and --notifications-per-symbol must not be negative")
+	}
+	switch c.Assignor {
+	case "copartition", "roundrobin", "range":
+	default:
+		return fmt.Errorf("--assignor must be copartition, roundrobin or range, got %q", c.Assignor)
+	}
+	return nil
+}
+
+// Run starts the embedded broker and the workers, waits for a stable
+// group, produces the load, waits until every notification has an alert,
+// and reports.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	cfg.defaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "demo: "+format+"\n", args...) }
+
+	b, err := StartBroker(cfg.Partitions)
+	if err != nil {
+		return Report{}, err
+	}
+	defer b.Close()
+	dir, err := os.MkdirTemp("", "joiner-demo-")
+	if err != nil {
+		return Report{}, fmt.Errorf("creating the state dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	say("embedded broker at %s; topics %s, %s, %s, %s with %d partitions", strings.Join(b.Addrs, ","),
+		b.Topics.Market, b.Topics.Notifications, b.Topics.Alerts, b.Topics.DeadLetter, cfg.Partitions)
+
+	f := NewFleet(b, dir, WorkerOptions{Assignor: cfg.Assignor, Logger: cfg.Logger})
+	defer f.StopAll()
+	names := make([]string, cfg.Workers)
+	for i := range names {
+		names[i] = fmt.Sprintf("worker-%d", i+1)
+		if _, err := f.Start(ctx, names[i]); err != nil {
+			return Report{}, err
+		}
+	}
+	gen, err := f.WaitStable(ctx, cfg.Timeout)
+	if err != nil {
+		return Report{}, err
+	}
+	say("%d workers joined the group (generation %d, assignor %s)", cfg.Workers, gen, cfg.Assignor)
+
+	sum, err := loadgen.Run(ctx, loadgen.Config{
+		Brokers:                b.Addrs,
+		MarketTopic:            b.Topics.Market,
+		NotificationsTopic:     b.Topics.Notifications,
+		Symbols:                cfg.Symbols,
+		TicksPerSymbol:         cfg.TicksPerSymbol,
+		NotificationsPerSymbol: cfg.NotificationsPerSymbol,
+		Progress:               cfg.Progress,
+	})
+	if err != nil {
+		return Report{}, err
+	}
+	want := sum.Notifications
+	alerts, err := b.CollectAlerts(ctx, func(a *Alerts) bool { return len(a.ByID) >= want })
+	if err != nil {
+		return Report{}, fmt.Errorf("waiting for %d alerts (have %d): %w", want, len(alerts.ByID), err)
+	}
+	// An alert is counted right after Kafka acknowledges it: wait for the
+	// counters to catch up with what was read.
+	rep := f.report(cfg, sum.Notifications, alerts.Records)
+	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(len(alerts.ByID)) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		rep = f.report(cfg, sum.Notifications, alerts.Records)
+	}
+	return rep, nil
+}
+
+func (r Report) total() int64 { return r.Joins.Local + r.Joins.Remote + r.Joins.Miss }
+
+func (f *Fleet) report(cfg Config, notifications, alerts int) Report {
+	rep := Report{Workers: cfg.Workers, Partitions: cfg.Partitions, Notifications: notifications, Alerts: alerts, PerWorker: []WorkerReport{}}
+	for _, n := range f.Workers() {
+		s := n.Worker().Stats()
+		tasks := s.Tasks
+		if tasks == nil {
+			tasks = []int{}
+		}
+		rep.PerWorker = append(rep.PerWorker, WorkerReport{Instance: s.Instance, Tasks: tasks, Local: s.Local, Remote: s.Remote, Miss: s.Miss})
+		rep.Joins.Local += s.Local
+		rep.Joins.Remote += s.Remote
+		rep.Joins.Miss += s.Miss
+	}
+	slices.SortFunc(rep.PerWorker, func(a, b WorkerReport) int { return strings.Compare(a.Instance, b.Instance) })
+	return rep
+}
+
+// WriteTable prints the per-worker table and the total.
+func (r Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "worker\ttasks\tlocal\tremote\tmiss\t")
+	for _, p := range r.PerWorker {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t\n", p.Instance, fmtTasks(p.Tasks), p.Local, p.Remote, p.Miss)
+	}
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t\n", r.Partitions, r.Joins.Local, r.Joins.Remote, r.Joins.Miss)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d workers, %d partitions: %d notifications, %d alerts; %d/%d joined locally\n",
+		r.Workers, r.Partitions, r.Notifications, r.Alerts, r.Joins.Local, r.total())
+	return err
+}
+
+// WriteJSON writes the report as one line of JSON.
+func (r Report) WriteJSON(w io.Writer) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func fmtTasks(ts []int) string {
+	if len(ts) == 0 {
+		return "-"
+	}
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = fmt.Sprint(t)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,273 @@
+// Package node assembles one joiner worker: the per-task stores, the join
+// worker, the group member and the HTTP listener. `joiner run` runs one
+// node per process; `joiner demo` and the tests run several in one.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/join"
+	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/statestore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/segmentio/kafka-go"
+)
+
+// Config configures a node. Zero values take the defaults shown.
+type Config struct {
+	// Brokers are bootstrap addresses. Required.
+	Brokers []string
+	// Group is the consumer group id. Default: joiner.
+	Group string
+	// InstanceID is the stable member identity. Default: the hostname.
+	InstanceID string
+	Topics     Topics
+
+	// StateDirs hold the task stores (<dir>/<group>/task-<p>). Required.
+	StateDirs []string
+	// Placement of new task stores across StateDirs: "free-bytes" or
+	// "tasks". Default: free-bytes.
+	Placement string
+	// CacheBytes is the block cache shared by the node's stores.
+	// Default: 256 MiB.
+	CacheBytes int64
+
+	// HTTPAddr is where /metrics, /healthz, /readyz and /v1/prices listen.
+	// Default: :8080. Port 0 picks a free port.
+	HTTPAddr string
+	// AdvertiseAddr is host:port other members use to reach this node's
+	// HTTP listener. Default: the hostname (or 127.0.0.1 when HTTPAddr has
+	// a loopback host) with the listener's port.
+	AdvertiseAddr string
+
+	// CreateTopics creates missing topics with Partitions partitions and
+	// ReplicationFactor replicas. Default: off.
+	CreateTopics      bool
+	Partitions        int
+	ReplicationFactor int
+
+	Assignor          string
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
+	HeartbeatInterval time.Duration
+	MaxTaskIdle       time.Duration
+	CommitInterval    time.Duration
+
+	// Transport carries every Kafka request of the node. Default:
+	// kafka-go's default transport.
+	Transport kafka.RoundTripper
+
+	// ProcessMetrics adds the Go and process collectors to the registry.
+	// The demo turns it off since its nodes share one process.
+	ProcessMetrics bool
+
+	Logger *slog.Logger
+}
+
+// Node is one running worker. Build it with New, run it with Run.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	client   *kafka.Client
+	writer   *kafka.Writer
+	stores   *statestore.Manager
+	worker   *join.Worker
+	member   *group.Member
+	listener net.Listener
+	addr     string
+	reg      *prometheus.Registry
+}
+
+// New checks the topics, opens the stores and the HTTP listener, and
+// builds the worker and its group member. It refuses topics that are not
+// co-partitioned. Call Run, or Close when not running it.
+func New(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("no brokers given (set --brokers or JOINER_BROKERS)")
+	}
+	if len(cfg.StateDirs) == 0 {
+		return nil, errors.New("no state dir given (set --state-dir or JOINER_STATE_DIR)")
+	}
+	if cfg.Group == "" {
+		cfg.Group = "joiner"
+	}
+	if cfg.InstanceID == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return nil, fmt.Errorf("no instance id given and the hostname is unknown (%v): set --instance-id or JOINER_INSTANCE_ID", err)
+		}
+		cfg.InstanceID = h
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = ":8080"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Topics.defaults()
+	n := &Node{cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID)}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
+	if cfg.CreateTopics {
+		if err := EnsureTopics(ctx, n.client, cfg.Topics, cfg.Partitions, max(cfg.ReplicationFactor, 1)); err != nil {
+			return nil, err
+		}
+	}
+	parts, err := CheckCopartitioned(ctx, n.client, cfg.Topics)
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info("topics are co-partitioned", "market", cfg.Topics.Market, "notifications", cfg.Topics.Notifications, "partitions", parts)
+
+	n.stores, err = statestore.Open(statestore.Options{
+		Dirs:       cfg.StateDirs,
+		Group:      cfg.Group,
+		CacheBytes: cfg.CacheBytes,
+		Placement:  cfg.Placement,
+		Logger:     n.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.listener, err = net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w (set --http-addr)", cfg.HTTPAddr, err)
+	}
+	n.addr = cfg.AdvertiseAddr
+	if n.addr == "" {
+		n.addr = advertise(n.listener.Addr().(*net.TCPAddr))
+	}
+	n.writer = &kafka.Writer{
+		Addr:         kafka.TCP(cfg.Brokers...),
+		Balancer:     &murmur2.Balancer{},
+		RequiredAcks: kafka.RequireAll,
+		BatchSize:    5000,
+		BatchBytes:   8 << 20,
+		BatchTimeout: 2 * time.Millisecond,
+		Transport:    cfg.Transport,
+	}
+	n.reg = prometheus.NewRegistry()
+	if cfg.ProcessMetrics {
+		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	n.worker, err = join.NewWorker(join.Config{
+		Client:             n.client,
+		Writer:             n.writer,
+		Stores:             n.stores,
+		InstanceID:         cfg.InstanceID,
+		MarketTopic:        cfg.Topics.Market,
+		NotificationsTopic: cfg.Topics.Notifications,
+		AlertsTopic:        cfg.Topics.Alerts,
+		DeadLetterTopic:    cfg.Topics.DeadLetter,
+		MaxTaskIdle:        cfg.MaxTaskIdle,
+		CommitInterval:     cfg.CommitInterval,
+		Registerer:         n.reg,
+		Logger:             cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.member, err = group.New(group.Config{
+		Client:            n.client,
+		GroupID:           cfg.Group,
+		InstanceID:        cfg.InstanceID,
+		QueryAddr:         n.addr,
+		Topics:            []string{cfg.Topics.Market, cfg.Topics.Notifications},
+		Assignor:          cfg.Assignor,
+		SessionTimeout:    cfg.SessionTimeout,
+		RebalanceTimeout:  cfg.RebalanceTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		Handler:           n.worker,
+		Owned:             n.heldTasks,
+		Logger:            cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// heldTasks reports the tasks with a store on disk, so that after a
+// restart the planner can give them back to this member.
+func (n *Node) heldTasks() []int {
+	tasks, err := n.stores.Tasks()
+	if err != nil {
+		n.log.Warn("listing task stores", "err", err)
+		return nil
+	}
+	return tasks
+}
+
+func advertise(a *net.TCPAddr) string {
+	port := strconv.Itoa(a.Port)
+	if a.IP.IsLoopback() {
+		return net.JoinHostPort(a.IP.String(), port)
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return net.JoinHostPort(h, port)
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// Addr is the advertised host:port of the HTTP listener.
+func (n *Node) Addr() string { return n.addr }
+
+// Worker is the node's join worker.
+func (n *Node) Worker() *join.Worker { return n.worker }
+
+// InstanceID is the node's member identity.
+func (n *Node) InstanceID() string { return n.cfg.InstanceID }
+
+// Run serves HTTP and runs the worker until ctx is done, then leaves the
+// group, stops the tasks and closes everything. It owns every goroutine it
+// starts and waits for them.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.Close()
+	srv := &http.Server{Handler: n.worker.Handler(n.reg), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(n.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group)
+	err := n.worker.Run(ctx, n.member)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	wg.Wait()
+	n.log.Info("worker stopped")
+	return err
+}
+
+// Close releases what New opened. Run calls it.
+func (n *Node) Close() {
+	if n.listener != nil {
+		_ = n.listener.Close()
+	}
+	if n.writer != nil {
+		_ = n.writer.Close()
+	}
+	if n.stores != nil {
+		if err := n.stores.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {
+			n.log.Warn("closing stores", "err", err)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/joiner-dev/joiner/copartition"
+	"github.com/segmentio/kafka-go"
+)
+
+// Topics names the topics a worker uses.
+type Topics struct {
+	Market        string
+	Notifications string
+	Alerts        string
+	DeadLetter    string
+}
+
+func (t *Topics) defaults() {
+	set := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	set(&t.Market, "market")
+	set(&t.Notifications, "notifications")
+	set(&t.Alerts, "alerts")
+	set(&t.DeadLetter, "joiner-dead-letters")
+}
+
+func (t Topics) all() []string { return []string{t.Market, t.Notifications, t.Alerts, t.DeadLetter} }
+
+// PartitionCounts returns the partition count of each topic that exists;
+// missing topics are absent from the map.
+func PartitionCounts(ctx context.Context, c *kafka.Client, topics []string) (map[string]int, error) {
+	res, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("reading metadata of %s: %w (check --brokers)", strings.Join(topics, ", "), err)
+	}
+	out := map[string]int{}
+	for _, t := range res.Topics {
+		if t.Error != nil {
+			if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
+				continue
+			}
+			return nil, fmt.Errorf("metadata of topic %s: %w", t.Name, t.Error)
+		}
+		out[t.Name] = len(t.Partitions)
+	}
+	return out, nil
+}
+
+// EnsureTopics creates the missing topics of t, the co-partitioned ones
+// (market, notifications) with the partition count they must share: that
+// of the one that exists, or partitions when neither does. The alerts and
+// dead-letter topics get the same count.
+func EnsureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, replication int) error {
+	t.defaults()
+	counts, err := PartitionCounts(ctx, c, t.all())
+	if err != nil {
+		return err
+	}
+	n := partitions
+	if v, ok := counts[t.Market]; ok {
+		n = v
+	} else if v, ok := counts[t.Notifications]; ok {
+		n = v
+	}
+	if n < 1 {
+		return fmt.Errorf("cannot create topics with %d partitions; give --partitions 1 or more", n)
+	}
+	var create []kafka.TopicConfig
+	for _, name := range t.all() {
+		if _, ok := counts[name]; !ok {
+			create = append(create, kafka.TopicConfig{Topic: name, NumPartitions: n, ReplicationFactor: replication})
+		}
+	}
+	if len(create) == 0 {
+		return nil
+	}
+	res, err := c.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: create})
+	if err != nil {
+		return fmt.Errorf("creating topics: %w", err)
+	}
+	for name, err := range res.Errors {
+		if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+			return fmt.Errorf("creating topic %s with %d partitions: %w", name, n, err)
+		}
+	}
+	return nil
+}
+
+// CheckCopartitioned returns the shared partition count of the market and
+// notifications topics, or an error naming each topic and its count.
+func CheckCopartitioned(ctx context.Context, c *kafka.Client, t Topics) (int, error) {
+	t.defaults()
+	counts, err := PartitionCounts(ctx, c, []string{t.Market, t.Notifications})
+	if err != nil {
+		return 0, err
+	}
+	for _, name := range []string{t.Market, t.Notifications} {
+		if _, ok := counts[name]; !ok {
+			return 0, fmt.Errorf("topic %s does not exist; create it with as many partitions as the other, or start with --create-topics", name)
+		}
+	}
+	n, err := copartition.Partitions(counts)
+	if err != nil {
+		return 0, fmt.Errorf("%w; recreate or repartition the topics so that they have equal counts", err)
+	}
+	return n, nil
+}
