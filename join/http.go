@@ -28,6 +28,7 @@ type Price struct {
 //	/metrics              Prometheus metrics of gatherer
 //	/healthz              200 while the process is up
 //	/readyz               200 once assigned and every state task restored, else 503
+//	/v1/assignment        this member's assignment and join counts (JSON)
 //	/v1/prices/{symbol}   the symbol's price from the local store: 200, 404
 //	                      when unknown, 421 when this member does not hold
 //	                      the symbol's task, 503 while it is restoring.
@@ -50,6 +51,7 @@ func (w *Worker) Handler(gatherer prometheus.Gatherer) http.Handler {
 		fmt.Fprintln(rw, why)
 	})
 	mux.HandleFunc("GET /v1/prices/{symbol}", w.servePrice)
+	mux.HandleFunc("GET /v1/assignment", w.serveAssignment)
 	return mux
 }
 
@@ -149,4 +151,45 @@ func (c *remoteClient) get(ctx context.Context, u string) (p Price, found, retry
 	default:
 		return Price{}, false, false, fmt.Errorf("GET %s: %s: %s", u, res.Status, body)
 	}
+}
+
+// AssignmentView is the answer of GET /v1/assignment.
+type AssignmentView struct {
+	Instance   string `json:"instance"`
+	Generation int32  `json:"generation"`
+	Leader     bool   `json:"leader"`
+	Partitions int    `json:"partitions"`
+	// Tasks are the notification partitions processed here; StateTasks
+	// the market partitions whose state is held here.
+	Tasks      []int `json:"tasks"`
+	StateTasks []int `json:"state_tasks"`
+	// Owners[p] is the instance id owning task p's state.
+	Owners []string `json:"owners"`
+	// Moved is the moved count of this generation's plan.
+	Moved int  `json:"moved"`
+	Ready bool `json:"ready"`
+	Stats
+}
+
+func (w *Worker) serveAssignment(rw http.ResponseWriter, _ *http.Request) {
+	w.mu.RLock()
+	a := w.assignment
+	w.mu.RUnlock()
+	v := AssignmentView{
+		Instance: w.cfg.InstanceID, Generation: a.Generation, Leader: a.Leader, Partitions: a.Partitions,
+		Moved: a.Moved, Stats: w.Stats(), Owners: make([]string, len(a.Owners)),
+	}
+	v.Tasks, v.StateTasks = v.Stats.Tasks, v.Stats.StateTasks
+	if v.Tasks == nil {
+		v.Tasks = []int{}
+	}
+	if v.StateTasks == nil {
+		v.StateTasks = []int{}
+	}
+	for i, o := range a.Owners {
+		v.Owners[i] = o.InstanceID
+	}
+	v.Ready, _ = w.Ready()
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(v)
 }

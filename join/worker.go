@@ -424,20 +424,22 @@ func (w *Worker) Ready() (bool, string) {
 
 // Stats is a snapshot of one worker's joins.
 type Stats struct {
-	Instance   string
-	Generation int32
+	Instance   string `json:"-"`
+	Generation int32  `json:"-"`
 	// Tasks are the notification partitions this worker processes.
-	Tasks []int
+	Tasks []int `json:"-"`
 	// StateTasks are the market partitions whose state it holds.
-	StateTasks          []int
-	Local, Remote, Miss int64
+	StateTasks []int `json:"-"`
+	Local      int64 `json:"local"`
+	Remote     int64 `json:"remote"`
+	Miss       int64 `json:"miss"`
 	// RestoredRecords counts market records read by restores; Restores
 	// counts the state tasks started (each restores before it tails).
-	RestoredRecords int64
-	Restores        int64
-	// Moved sums the moved counts of the plans this worker computed as
-	// leader.
-	Moved int64
+	RestoredRecords int64 `json:"restored_records"`
+	Restores        int64 `json:"restores"`
+	// MovedTotal sums the moved counts of the plans this worker computed
+	// as leader.
+	MovedTotal int64 `json:"moved_total"`
 }
 
 // Stats returns a snapshot of the worker's assignment and join counts.
@@ -455,7 +457,7 @@ func (w *Worker) Stats() Stats {
 		Miss:            w.miss.Load(),
 		RestoredRecords: w.restoredRecords.Load(),
 		Restores:        w.restores.Load(),
-		Moved:           w.moved.Load(),
+		MovedTotal:      w.moved.Load(),
 	}
 }
 
