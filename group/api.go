@@ -36,7 +36,9 @@ type Config struct {
 	// Brokers are bootstrap addresses, host:port. Required unless Client is set.
 	Brokers []string
 	// Client, when set, is used for every request instead of one built from
-	// Brokers.
+	// Brokers. Its Timeout is not applied to JoinGroup and SyncGroup, which
+	// the coordinator may hold for up to RebalanceTimeout; the member bounds
+	// those itself.
 	Client *kafka.Client
 
 	// GroupID is the consumer group. Required.
@@ -71,7 +73,8 @@ type Config struct {
 	// assignment (e.g. right after a restart) they are reported to the
 	// leader as the tasks it owns, so stickiness survives restarts; after
 	// that the tasks of the latest assignment are reported. Optional; it is
-	// called from the membership goroutine before each JoinGroup.
+	// called from Run's goroutine before each JoinGroup until the first
+	// assignment.
 	Owned func() []int
 
 	// Logger. Default: slog.Default().

@@ -33,8 +33,12 @@ const (
 type Member struct {
 	cfg    Config
 	client *kafka.Client
-	own    *kafka.Transport // the transport New built, closed when Run returns; nil with Config.Client
-	log    *slog.Logger
+	// joinClient is client without its Timeout, for JoinGroup and
+	// SyncGroup: the coordinator may hold them for up to RebalanceTimeout,
+	// and the member bounds them itself.
+	joinClient *kafka.Client
+	own        *kafka.Transport // the transport New built, closed when Run returns; nil with Config.Client
+	log        *slog.Logger
 
 	started atomic.Bool
 
@@ -122,7 +126,15 @@ func New(cfg Config) (*Member, error) {
 		m.own = &kafka.Transport{}
 		m.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: m.own}
 	}
+	m.setClient(m.client)
 	return m, nil
+}
+
+func (m *Member) setClient(c *kafka.Client) {
+	m.client = c
+	jc := *c
+	jc.Timeout = 0
+	m.joinClient = &jc
 }
 
 // Current returns the latest assignment delivered to Handler.Assigned and
@@ -405,7 +417,7 @@ func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error)
 	jctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	m.log.Debug("group: joining", "member", *memberID, "owned", owned)
-	jresp, err := m.client.JoinGroup(jctx, &kafka.JoinGroupRequest{
+	jresp, err := m.joinClient.JoinGroup(jctx, &kafka.JoinGroupRequest{
 		GroupID:          m.cfg.GroupID,
 		SessionTimeout:   m.cfg.SessionTimeout,
 		RebalanceTimeout: m.cfg.RebalanceTimeout,
@@ -451,7 +463,7 @@ func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error)
 			return Assignment{}, err
 		}
 	}
-	sresp, err := m.client.SyncGroup(jctx, &kafka.SyncGroupRequest{
+	sresp, err := m.joinClient.SyncGroup(jctx, &kafka.SyncGroupRequest{
 		GroupID:         m.cfg.GroupID,
 		GenerationID:    jresp.GenerationID,
 		MemberID:        jresp.MemberID,

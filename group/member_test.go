@@ -624,7 +624,7 @@ func TestLeaderReplansWhenPartitionsChange(t *testing.T) {
 	a := startMember(t, addrs, "pod-a", func(cfg *Config, m *Member) {
 		cfg.Client = client
 		if m != nil {
-			m.client = client
+			m.setClient(client)
 			m.metadataEvery = 100 * time.Millisecond
 		}
 	})
