@@ -123,27 +123,21 @@ func loadManifests(t *testing.T) *manifests {
 			if err := decodeStrict([]byte(doc), obj); err != nil {
 				t.Fatalf("%s document %d (%s): strict decode: %v", base, i, tm.Kind, err)
 			}
-			add := func(name string) {
-				if name == "" {
-					t.Fatalf("%s document %d (%s): no metadata.name", base, i, tm.Kind)
-				}
+			name := obj.(metav1.Object).GetName()
+			if name == "" {
+				t.Fatalf("%s document %d (%s): no metadata.name", base, i, tm.Kind)
 			}
 			switch o := obj.(type) {
 			case *corev1.ConfigMap:
-				add(o.Name)
-				m.configMaps[o.Name] = o
+				m.configMaps[name] = o
 			case *corev1.Service:
-				add(o.Name)
-				m.services[o.Name] = o
+				m.services[name] = o
 			case *appsv1.StatefulSet:
-				add(o.Name)
-				m.statefulSets[o.Name] = o
+				m.statefulSets[name] = o
 			case *policyv1.PodDisruptionBudget:
-				add(o.Name)
-				m.pdbs[o.Name] = o
+				m.pdbs[name] = o
 			case *batchv1.Job:
-				add(o.Name)
-				m.jobs[o.Name] = o
+				m.jobs[name] = o
 			}
 		}
 	}
