@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -81,6 +82,10 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	running map[string]*Running
+	// gone holds the workers stopped or crashed: their last stats, and
+	// the crashed ones still winding down.
+	gone    []join.Stats
+	crashed []*Running
 }
 
 // Running is one started worker.
@@ -88,6 +93,7 @@ type Running struct {
 	Node   *node.Node
 	cancel context.CancelFunc
 	done   chan error
+	net    *cutter
 }
 
 // NewFleet returns a fleet keeping state under dir.
@@ -117,7 +123,10 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 	if o.CommitInterval == 0 {
 		o.CommitInterval = 200 * time.Millisecond
 	}
+	cut := &cutter{conns: map[net.Conn]struct{}{}}
+	transport := &kafka.Transport{Dial: cut.dial}
 	n, err := node.New(ctx, node.Config{
+		Transport:         transport,
 		Brokers:           f.Broker.Addrs,
 		Group:             o.Group,
 		InstanceID:        instance,
@@ -141,7 +150,7 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &Running{Node: n, cancel: cancel, done: make(chan error, 1)}
+	r := &Running{Node: n, cancel: cancel, done: make(chan error, 1), net: cut}
 	go func() { r.done <- n.Run(rctx) }()
 	f.running[instance] = r
 	return r, nil
@@ -157,7 +166,64 @@ func (f *Fleet) Stop(instance string) error {
 		return fmt.Errorf("worker %s is not running", instance)
 	}
 	r.cancel()
-	return <-r.done
+	err := <-r.done
+	f.mu.Lock()
+	f.gone = append(f.gone, r.Node.Worker().Stats())
+	f.mu.Unlock()
+	return err
+}
+
+// Crash cuts a worker off the broker without leaving the group, as a
+// killed process or a network partition would: its heartbeats, commits
+// and leave fail, so the group only notices after the session timeout.
+func (f *Fleet) Crash(instance string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.running[instance]
+	if !ok {
+		return fmt.Errorf("worker %s is not running", instance)
+	}
+	delete(f.running, instance)
+	r.net.cut()
+	r.cancel()
+	f.crashed = append(f.crashed, r)
+	return nil
+}
+
+// Totals sums the stats of every worker this fleet ever started.
+func (f *Fleet) Totals() join.Stats {
+	var t join.Stats
+	add := func(s join.Stats) {
+		t.Local += s.Local
+		t.Remote += s.Remote
+		t.Miss += s.Miss
+		t.RestoredRecords += s.RestoredRecords
+		t.Restores += s.Restores
+		t.MovedTotal += s.MovedTotal
+	}
+	for _, n := range f.Workers() {
+		add(n.Worker().Stats())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.gone {
+		add(s)
+	}
+	for _, r := range f.crashed {
+		add(r.Node.Worker().Stats())
+	}
+	return t
+}
+
+// Owners maps each task to the instance processing it now.
+func (f *Fleet) Owners() map[int]string {
+	out := map[int]string{}
+	for name, n := range f.Workers() {
+		for _, p := range n.Worker().Stats().Tasks {
+			out[p] = name
+		}
+	}
+	return out
 }
 
 // StopAll stops every worker.
@@ -171,6 +237,16 @@ func (f *Fleet) StopAll() error {
 	var errs []error
 	for _, name := range names {
 		errs = append(errs, f.Stop(name))
+	}
+	f.mu.Lock()
+	crashed := f.crashed
+	f.crashed = nil
+	f.mu.Unlock()
+	for _, r := range crashed {
+		<-r.done // its error is expected: it was cut off
+		f.mu.Lock()
+		f.gone = append(f.gone, r.Node.Worker().Stats())
+		f.mu.Unlock()
 	}
 	return errors.Join(errs...)
 }
@@ -337,4 +413,52 @@ func (b *Broker) CollectDeadLetters(ctx context.Context, done func([]DeadLetter)
 		out = append(out, d)
 	}, func(*Alerts) bool { return done(out) })
 	return out, err
+}
+
+// cutter dials the broker for one worker and can cut it off: every open
+// connection is closed and new dials fail.
+type cutter struct {
+	mu    sync.Mutex
+	off   bool
+	conns map[net.Conn]struct{}
+}
+
+var errCut = errors.New("demo: worker cut off from the broker")
+
+func (c *cutter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.off {
+		return nil, errCut
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	c.conns[conn] = struct{}{}
+	return &trackedConn{Conn: conn, c: c}, nil
+}
+
+// trackedConn forgets itself when closed.
+type trackedConn struct {
+	net.Conn
+	c *cutter
+}
+
+func (t *trackedConn) Close() error {
+	t.c.mu.Lock()
+	delete(t.c.conns, t.Conn)
+	t.c.mu.Unlock()
+	return t.Conn.Close()
+}
+
+func (c *cutter) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = true
+	for conn := range c.conns {
+		_ = conn.Close()
+	}
+	c.conns = nil
 }

@@ -210,8 +210,6 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 	wantProc := a.Topics[w.cfg.NotificationsTopic]
 
 	w.mu.Lock()
-	w.assigned = true
-	w.assignment = a
 	var stopProcs []*processTask
 	for p, t := range w.procs {
 		if !slices.Contains(wantProc, p) {
@@ -242,12 +240,13 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		w.log.Info("tasks revoked", "state", taskIDs(stopStates), "process", taskIDs(stopProcs))
 	}
 
-	var started []int
+	// Build the new tasks, publish them with the assignment in one step
+	// (so /readyz never sees a half-applied assignment), then start them.
+	var newStates []*stateTask
+	var newProcs []*processTask
+	w.mu.RLock()
 	for _, p := range wantState {
-		w.mu.RLock()
-		_, ok := w.states[p]
-		w.mu.RUnlock()
-		if ok {
+		if _, ok := w.states[p]; ok {
 			continue
 		}
 		store, err := w.openStore(p)
@@ -255,27 +254,32 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 			w.log.Error("cannot open the task store; the task is not processed on this member", "task", p, "err", err)
 			continue
 		}
-		st := newStateTask(w, p, store)
-		w.restores.Add(1)
-		w.mu.Lock()
-		w.states[p] = st
-		w.mu.Unlock()
-		w.startTask(st, st.run)
-		started = append(started, p)
+		newStates = append(newStates, newStateTask(w, p, store))
 	}
 	for _, p := range wantProc {
-		w.mu.RLock()
-		_, ok := w.procs[p]
-		w.mu.RUnlock()
-		if ok {
-			continue
+		if _, ok := w.procs[p]; !ok {
+			newProcs = append(newProcs, newProcessTask(w, p))
 		}
-		pt := newProcessTask(w, p)
-		w.mu.Lock()
-		w.procs[p] = pt
-		w.mu.Unlock()
+	}
+	w.mu.RUnlock()
+	w.mu.Lock()
+	w.assigned = true
+	w.assignment = a
+	for _, st := range newStates {
+		w.states[st.p] = st
+	}
+	for _, pt := range newProcs {
+		w.procs[pt.p] = pt
+	}
+	w.mu.Unlock()
+	w.restores.Add(int64(len(newStates)))
+	for _, st := range newStates {
+		w.startTask(st, st.run)
+	}
+	for _, pt := range newProcs {
 		w.startTask(pt, pt.run)
 	}
+	started := taskIDs(newStates)
 	w.updateTaskGauges()
 	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
 		"state_tasks", wantState, "process_tasks", wantProc, "new_state_tasks", started)
