@@ -48,6 +48,11 @@ const (
 func classify(err error) action {
 	var kerr kafka.Error
 	switch {
+	// Our sentinels first: they may wrap a Kafka error.
+	case errors.Is(err, errSyncClosed), errors.Is(err, errMetadataChanged):
+		return actRejoin
+	case errors.Is(err, errSessionLost):
+		return actReset
 	case errors.As(err, &kerr):
 		switch kerr {
 		case kafka.MemberIDRequired, kafka.RebalanceInProgress, kafka.IllegalGeneration:
@@ -61,10 +66,6 @@ func classify(err error) action {
 		// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
 		// COORDINATOR_LOAD_IN_PROGRESS and anything unexpected.
 		return actBackoff
-	case errors.Is(err, errSyncClosed), errors.Is(err, errMetadataChanged):
-		return actRejoin
-	case errors.Is(err, errSessionLost):
-		return actReset
 	}
 	return actBackoff
 }
