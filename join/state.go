@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/joiner-dev/joiner/statestore"
@@ -30,6 +31,9 @@ type stateTask struct {
 	mu sync.RWMutex // guards store against Close while readers use it
 	// store is nil once closed.
 	store *statestore.Store
+	// applied mirrors the store's applied offset and survives its close,
+	// so the final commit after the tasks stop still sees it.
+	applied atomic.Int64
 
 	// progress, guarded by pmu; changed is closed and replaced on each
 	// update so waiters can select on it.
@@ -40,7 +44,7 @@ type stateTask struct {
 }
 
 func newStateTask(w *Worker, p int, store *statestore.Store) *stateTask {
-	return &stateTask{
+	s := &stateTask{
 		w:        w,
 		p:        p,
 		store:    store,
@@ -50,6 +54,8 @@ func newStateTask(w *Worker, p int, store *statestore.Store) *stateTask {
 		lastTsMs: -1,
 		changed:  make(chan struct{}),
 	}
+	s.applied.Store(store.AppliedOffset())
+	return s
 }
 
 // isRestored reports whether the restore is complete.
@@ -64,14 +70,7 @@ func (s *stateTask) isRestored() bool {
 
 // appliedOffset is the offset of the last market record in the store, -1
 // when none.
-func (s *stateTask) appliedOffset() int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.store == nil {
-		return -1
-	}
-	return s.store.AppliedOffset()
-}
+func (s *stateTask) appliedOffset() int64 { return s.applied.Load() }
 
 // get reads a price from the store.
 func (s *stateTask) get(symbol string) (statestore.Tick, bool, error) {
@@ -216,9 +215,11 @@ func (s *stateTask) apply(ctx context.Context, recs []record, dlqFrom int64) err
 	if s.store == nil {
 		return errTaskStopped
 	}
-	if err := s.store.Apply(ticks, recs[len(recs)-1].Offset); err != nil {
+	last := recs[len(recs)-1].Offset
+	if err := s.store.Apply(ticks, last); err != nil {
 		return fmt.Errorf("task %d: %w", s.p, err)
 	}
+	s.applied.Store(last)
 	return nil
 }
 

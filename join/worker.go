@@ -235,6 +235,12 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		if err := t.close(); err != nil {
 			w.log.Warn("closing task store", "task", t.p, "err", err)
 		}
+		// The task's new owner holds its state now. Dropping the stale
+		// copy bounds the disk and keeps the tasks reported after a
+		// restart (Config.Owned) to the ones this member really owned.
+		if err := w.cfg.Stores.RemoveTask(t.p); err != nil {
+			w.log.Warn("removing the store of a revoked task", "task", t.p, "err", err)
+		}
 	}
 	if len(stopProcs)+len(stopStates) > 0 {
 		w.log.Info("tasks revoked", "state", taskIDs(stopStates), "process", taskIDs(stopProcs))
