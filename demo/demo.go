@@ -15,22 +15,36 @@ import (
 	"github.com/joiner-dev/joiner/loadgen"
 )
 
-// Config configures a demo run. Zero values take the defaults shown, which
-// reproduce seed 004's experiment: 4 workers, 6 partitions, 10 symbols × 3
-// notifications.
+// Config configures a demo run. Start from DefaultConfig, which
+// reproduces seed 004's experiment: 4 workers, 6 partitions, 10 symbols ×
+// 3 notifications.
 type Config struct {
-	Workers                int    // Default: 4.
-	Partitions             int    // Default: 6.
-	Symbols                int    // Default: 10.
-	TicksPerSymbol         int    // Default: 1.
-	NotificationsPerSymbol int    // Default: 3.
-	Assignor               string // copartition (default), roundrobin or range.
-	// Timeout bounds the whole run. Default: 5m.
+	Workers                int
+	Partitions             int
+	Symbols                int
+	TicksPerSymbol         int
+	NotificationsPerSymbol int
+	// Assignor is copartition, roundrobin or range.
+	Assignor string
+	// Timeout bounds the whole run.
 	Timeout time.Duration
 	// Progress receives progress lines. Default: io.Discard.
 	Progress io.Writer
 	// Logger receives the workers' logs. Default: warnings to stderr.
 	Logger *slog.Logger
+}
+
+// DefaultConfig returns seed 004's experiment.
+func DefaultConfig() Config {
+	return Config{
+		Workers:                4,
+		Partitions:             6,
+		Symbols:                10,
+		TicksPerSymbol:         1,
+		NotificationsPerSymbol: 3,
+		Assignor:               "copartition",
+		Timeout:                5 * time.Minute,
+	}
 }
 
 // Joins counts join results.
@@ -61,22 +75,6 @@ type Report struct {
 }
 
 func (c *Config) defaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Workers, 4)
-	def(&c.Partitions, 6)
-	def(&c.Symbols, 10)
-	def(&c.TicksPerSymbol, 1)
-	def(&c.NotificationsPerSymbol, 3)
-	if c.Assignor == "" {
-		c.Assignor = "copartition"
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = 5 * time.Minute
-	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -87,7 +85,6 @@ func (c *Config) defaults() {
 
 // Validate reports a configuration the demo cannot run.
 func (c Config) Validate() error {
-	c.defaults()
 	switch {
 	case c.Workers < 1:
 		return fmt.Errorf("--workers must be at least 1, got %d", c.Workers)
@@ -97,6 +94,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--symbols must be at least 1, got %d", c.Symbols)
 	case c.TicksPerSymbol < 0 || c.NotificationsPerSymbol < 0:
 		return fmt.Errorf("--ticks-per-symbol and --notifications-per-symbol must not be negative")
+	case c.Timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, got %s", c.Timeout)
 	}
 	switch c.Assignor {
 	case "copartition", "roundrobin", "range":

@@ -42,7 +42,9 @@ func TestSeed004(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.assignor, func(t *testing.T) {
 			t.Parallel()
-			rep, err := Run(context.Background(), Config{Assignor: tt.assignor, Timeout: time.Minute, Logger: testLogger(t)})
+			cfg := DefaultConfig()
+			cfg.Assignor, cfg.Timeout, cfg.Logger = tt.assignor, time.Minute, testLogger(t)
+			rep, err := Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +72,9 @@ func TestSeed004(t *testing.T) {
 
 func TestMoreWorkersThanPartitions(t *testing.T) {
 	t.Parallel()
-	rep, err := Run(context.Background(), Config{Workers: 5, Partitions: 3, Symbols: 12, Timeout: time.Minute, Logger: testLogger(t)})
+	cfg := DefaultConfig()
+	cfg.Workers, cfg.Partitions, cfg.Symbols, cfg.Timeout, cfg.Logger = 5, 3, 12, time.Minute, testLogger(t)
+	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

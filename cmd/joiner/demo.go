@@ -17,17 +17,18 @@ import (
 func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("demo", "demo [flags]", stderr, false)
 	var (
-		cfg     demo.Config
+		def     = demo.DefaultConfig()
+		cfg     = def
 		asJSON  bool
 		verbose bool
 	)
-	fs.IntVar(&cfg.Workers, "workers", 4, "workers to run; with more workers than partitions some sit idle")
-	fs.IntVar(&cfg.Partitions, "partitions", 6, "partitions of every topic")
-	fs.IntVar(&cfg.Symbols, "symbols", 10, "number of symbols")
-	fs.IntVar(&cfg.TicksPerSymbol, "ticks-per-symbol", 1, "price ticks per symbol")
-	fs.IntVar(&cfg.NotificationsPerSymbol, "notifications-per-symbol", 3, "notifications per symbol")
-	fs.StringVar(&cfg.Assignor, "assignor", "copartition", "leader's plan: copartition, roundrobin or range")
-	fs.DurationVar(&cfg.Timeout, "timeout", 0, "give up after this long (default 5m)")
+	fs.IntVar(&cfg.Workers, "workers", def.Workers, "workers to run; with more workers than partitions some sit idle")
+	fs.IntVar(&cfg.Partitions, "partitions", def.Partitions, "partitions of every topic")
+	fs.IntVar(&cfg.Symbols, "symbols", def.Symbols, "number of symbols")
+	fs.IntVar(&cfg.TicksPerSymbol, "ticks-per-symbol", def.TicksPerSymbol, "price ticks per symbol")
+	fs.IntVar(&cfg.NotificationsPerSymbol, "notifications-per-symbol", def.NotificationsPerSymbol, "notifications per symbol")
+	fs.StringVar(&cfg.Assignor, "assignor", def.Assignor, "leader's plan: copartition, roundrobin or range")
+	fs.DurationVar(&cfg.Timeout, "timeout", def.Timeout, "give up after this long")
 	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
 	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")
 	if status, ok := parseFlags(fs, args, false); !ok {
