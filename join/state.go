@@ -243,37 +243,33 @@ func (s *stateTask) advance(next int64, recs []record) {
 func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration) error {
 	deadline := time.NewTimer(idle)
 	defer deadline.Stop()
-	select {
-	case <-s.restored:
-	case <-s.stopped:
-		return errTaskStopped
-	case <-deadline.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	s.pmu.Lock()
-	done := s.lastTsMs >= tsMs
-	s.pmu.Unlock()
-	if done {
-		return nil
-	}
-	// Not read past tsMs: wait until the reader reaches the end the log has
-	// now, which includes every record produced before the caller's.
-	end, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.MarketTopic, s.p, kafka.LastOffset)
-	if err != nil {
-		return err
-	}
+	end := int64(-1) // the end offset, read once the task is restored
 	for {
+		restored := s.isRestored()
 		s.pmu.Lock()
-		done := s.lastTsMs >= tsMs || s.next >= end
-		ch := s.changed
+		done := restored && (s.lastTsMs >= tsMs || (end >= 0 && s.next >= end))
+		changed := s.changed
 		s.pmu.Unlock()
 		if done {
 			return nil
 		}
+		if restored && end < 0 {
+			// Not read past tsMs: wait until the reader reaches the end the
+			// log has now, which includes every record produced before the
+			// caller's.
+			var err error
+			if end, err = listOffset(ctx, s.w.cfg.Client, s.w.cfg.MarketTopic, s.p, kafka.LastOffset); err != nil {
+				return err
+			}
+			continue
+		}
+		var restoring <-chan struct{}
+		if !restored {
+			restoring = s.restored
+		}
 		select {
-		case <-ch:
+		case <-changed:
+		case <-restoring:
 		case <-s.stopped:
 			return errTaskStopped
 		case <-deadline.C:
