@@ -1,0 +1,101 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Every record lands in its symbol's murmur2 partition, and every tick is
+// produced (has a lower timestamp and was acknowledged) before the first
+// notification.
+func TestRunPartitionsBySymbolAndTicksFirst(t *testing.T) {
+	const P = 4
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(P, "market", "notifications"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var progress bytes.Buffer
+	sum, err := Run(context.Background(), Config{
+		Brokers: c.ListenAddrs(), Symbols: 15, TicksPerSymbol: 3, NotificationsPerSymbol: 2, Malformed: 2, Progress: &progress,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Ticks != 45 || sum.Notifications != 30 || sum.Malformed != 2 || len(sum.NotificationIDs) != 30 || len(sum.LastPrice) != 15 {
+		t.Fatalf("summary = %+v", sum)
+	}
+	if !strings.Contains(progress.String(), "loadgen: done: 45 ticks, 30 notifications, 2 malformed") {
+		t.Errorf("no summary line in %q", progress.String())
+	}
+	client := &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Timeout: 5 * time.Second}
+	var lastTick, firstNote time.Time
+	count := map[string]int{}
+	for _, topic := range []string{"market", "notifications"} {
+		for p := range P {
+			res, err := client.Fetch(context.Background(), &kafka.FetchRequest{Topic: topic, Partition: p, Offset: 0, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				rec, err := res.Records.ReadRecord()
+				if err != nil {
+					break
+				}
+				key, _ := kafka.ReadAll(rec.Key)
+				if got := murmur2.Partition(key, P); got != p {
+					t.Errorf("%s: key %q in partition %d, murmur2 says %d", topic, key, p, got)
+				}
+				count[topic]++
+				if topic == "market" && rec.Time.After(lastTick) {
+					lastTick = rec.Time
+				}
+				if topic == "notifications" && (firstNote.IsZero() || rec.Time.Before(firstNote)) {
+					firstNote = rec.Time
+				}
+			}
+		}
+	}
+	if count["market"] != 45 || count["notifications"] != 32 {
+		t.Errorf("read %v, want 45 ticks and 32 notifications", count)
+	}
+	if firstNote.Before(lastTick) {
+		t.Errorf("a notification (%v) is older than the last tick (%v)", firstNote, lastTick)
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{Brokers: []string{"x:1"}, Symbols: -1},
+		{Brokers: []string{"x:1"}, Rate: -5},
+		{Symbols: 1, TicksPerSymbol: 1},
+	} {
+		if _, err := Run(context.Background(), cfg); err == nil {
+			t.Errorf("Run(%+v) accepted a bad config", cfg)
+		}
+	}
+}
+
+func TestRatePacesTheRun(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "market", "notifications"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	sum, err := Run(context.Background(), Config{Brokers: c.ListenAddrs(), Symbols: 10, TicksPerSymbol: 2, NotificationsPerSymbol: 2, Rate: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 40 records at 100/s take about 0.4 s.
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Errorf("%d records at 100/s took %s", sum.Records(), el)
+	}
+}
