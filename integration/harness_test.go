@@ -740,9 +740,12 @@ func (c *cluster) waitAlerts(notificationIDs []string, timeout time.Duration) in
 		}
 		return false, fmt.Sprintf("%d of %d notifications have no alert yet (e.g. %v)", len(missing), len(notificationIDs), missing[:min(5, len(missing))])
 	})
-	dups := c.alerts.duplicates(notificationIDs)
+	dups, by := c.alerts.duplicates(notificationIDs)
 	c.t.Logf("every one of %d notifications has an alert (%s after asking); %d duplicate alerts",
 		len(notificationIDs), time.Since(began).Round(time.Millisecond), dups)
+	if dups > 0 {
+		c.t.Logf("duplicated notifications by the workers of their alerts: %v", by)
+	}
 	return dups
 }
 
@@ -915,6 +918,7 @@ type alertReader struct {
 
 	mu       sync.Mutex
 	byID     map[string]int
+	workers  map[string][]string // per id, the worker of each alert in read order
 	last     map[string]join.Alert
 	byResult map[join.Result]int
 	nRecords int
@@ -923,7 +927,7 @@ type alertReader struct {
 
 func newAlertReader(c *kafka.Client, topic string, partitions int) *alertReader {
 	return &alertReader{client: c, topic: topic, partitions: partitions,
-		byID: map[string]int{}, last: map[string]join.Alert{}, byResult: map[join.Result]int{}}
+		byID: map[string]int{}, workers: map[string][]string{}, last: map[string]join.Alert{}, byResult: map[join.Result]int{}}
 }
 
 func (a *alertReader) run(ctx context.Context) {
@@ -970,6 +974,7 @@ func (a *alertReader) add(v []byte) {
 		return
 	}
 	a.byID[al.ID]++
+	a.workers[al.ID] = append(a.workers[al.ID], al.Worker)
 	a.last[al.ID] = al
 	a.byResult[al.Result]++
 }
@@ -998,15 +1003,21 @@ func (a *alertReader) missing(ids []string) []string {
 	return out
 }
 
-// duplicates counts the alerts of ids beyond the first of each.
-func (a *alertReader) duplicates(ids []string) int {
+// duplicates counts the alerts of ids beyond the first of each, and
+// counts the duplicated ids by the workers that wrote their alerts
+// ("w1,w3": first by w1, again by w3).
+func (a *alertReader) duplicates(ids []string) (int, map[string]int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := 0
+	by := map[string]int{}
 	for _, id := range ids {
-		n += max(a.byID[id]-1, 0)
+		if d := a.byID[id] - 1; d > 0 {
+			n += d
+			by[strings.Join(a.workers[id], ",")]++
+		}
 	}
-	return n
+	return n, by
 }
 
 func (a *alertReader) results() map[join.Result]int {
