@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/joiner-dev/joiner/murmur2"
 )
@@ -114,14 +114,28 @@ func (t *processTask) handle(ctx context.Context, recs []record, log *slog.Logge
 			}
 		}
 	}
-	alerts := make([]Alert, 0, len(good))
-	for _, g := range good {
-		a := Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
-		a.Result, a.Price, a.PriceTsMs = w.lookup(ctx, g.task, g.n.Symbol, g.ts)
-		if ctx.Err() != nil {
-			return ctx.Err()
+	// Local lookups are store reads; remote ones are HTTP calls, made
+	// concurrently (bounded) so a batch costs about one round trip.
+	alerts := make([]Alert, len(good))
+	sem := make(chan struct{}, remoteConcurrency)
+	var wg sync.WaitGroup
+	for i, g := range good {
+		alerts[i] = Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
+		a := &alerts[i]
+		if w.stateTask(g.task) != nil {
+			a.Result, a.Price, a.PriceTsMs = w.lookup(ctx, g.task, g.n.Symbol, g.ts)
+			continue
 		}
-		alerts = append(alerts, a)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			a.Result, a.Price, a.PriceTsMs = w.lookup(ctx, g.task, g.n.Symbol, g.ts)
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	if err := w.writeOut(ctx, alerts, dead); err != nil {
 		return err
@@ -132,6 +146,9 @@ func (t *processTask) handle(ctx context.Context, recs []record, log *slog.Logge
 	w.metrics.Alerts.Add(float64(len(alerts)))
 	return nil
 }
+
+// remoteConcurrency bounds the remote lookups in flight per task.
+const remoteConcurrency = 32
 
 // lookup finds the price of symbol, whose task is q: in the local store
 // when this member holds q, otherwise from q's owner.
@@ -190,5 +207,3 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
-
-var _ = time.Second
