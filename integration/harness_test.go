@@ -362,19 +362,7 @@ func (c *cluster) start(id string) *worker {
 // stop sends SIGTERM and waits for a clean exit (status 0).
 func (c *cluster) stop(w *worker) {
 	c.t.Helper()
-	began := time.Now()
-	if err := w.signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		c.t.Fatalf("SIGTERM to worker %s: %v", w.id, err)
-	}
-	if !w.wait(45 * time.Second) {
-		_ = w.cmd.Process.Kill()
-		w.wait(10 * time.Second)
-		c.t.Fatalf("worker %s did not exit within 45s of SIGTERM (killed)", w.id)
-	}
-	if w.err != nil {
-		c.t.Errorf("worker %s exited with %v after SIGTERM; log tail:\n%s", w.id, w.err, tail(w.logPath, 20))
-	}
-	c.t.Logf("stopped worker %s with SIGTERM in %s", w.id, time.Since(began).Round(time.Millisecond))
+	c.stopAll([]*worker{w})
 }
 
 // kill9 kills the process with SIGKILL and reaps it.
@@ -1095,4 +1083,27 @@ func fmtPrice(p *float64) string {
 		return "none"
 	}
 	return strconv.FormatFloat(*p, 'f', -1, 64)
+}
+
+// drain ends a continuous-load scenario: stop the producer, wait for an
+// alert of every notification it produced (logging the duplicates), check
+// the join results, wait until the group has caught up, check that no
+// rebalance happened since generation gen, stop the workers and check
+// their final stores against the last prices.
+func (c *cluster) drain(what string, l *load, running []*worker, gen int32) {
+	c.t.Helper()
+	runs := c.end(l)
+	noteIDs, last := merge(runs...)
+	dups := c.waitAlerts(noteIDs, 90*time.Second)
+	c.checkAlertResults()
+	c.waitCaughtUp(60 * time.Second)
+	final := c.waitStable(running, 0, 30*time.Second)
+	if final.gen != gen {
+		c.t.Errorf("%s: generation changed from %d to %d after the last membership change", what, gen, final.gen)
+	}
+	c.checkJoinCounts(what+": end", final)
+	c.t.Logf("%s: %d load runs, %d notifications, %d alerts, %d duplicates",
+		what, len(runs), len(noteIDs), c.alerts.records(), dups)
+	c.stopAll(running)
+	c.checkFinalState(final.owners(c.partitions), last)
 }

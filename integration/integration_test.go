@@ -14,6 +14,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -113,20 +114,8 @@ func TestIntegrationScaleOutAndIn(t *testing.T) {
 		next(fmt.Sprintf("scale in to %d", len(running)))
 	}
 
-	runs := c.end(l)
-	noteIDs, last := merge(runs...)
-	dups := c.waitAlerts(noteIDs, 90*time.Second)
-	c.checkAlertResults()
-	c.waitCaughtUp(60 * time.Second)
-	final := c.waitStable(running, 0, 30*time.Second)
-	if final.gen != st.gen {
-		t.Errorf("generation changed from %d to %d after the last step", st.gen, final.gen)
-	}
-	c.checkJoinCounts("end", final)
-	t.Logf("scale 1→4→1: %d steps, %d runs, %d notifications, %d alerts, %d duplicates",
-		steps, len(runs), len(noteIDs), c.alerts.records(), dups)
-	c.stopAll(running)
-	c.checkFinalState(final.owners(partitions), last)
+	t.Logf("scale 1→4→1: %d steps", steps)
+	c.drain("scale 1→4→1", l, running, st.gen)
 }
 
 // TestIntegrationKill9Takeover kills one of 3 workers with SIGKILL under
@@ -161,20 +150,7 @@ func TestIntegrationKill9Takeover(t *testing.T) {
 	c.checkJoinCounts("after the kill", cur)
 	c.waitRuns(l, l.completed()+3, 30*time.Second)
 
-	runs := c.end(l)
-	noteIDs, last := merge(runs...)
-	dups := c.waitAlerts(noteIDs, 90*time.Second)
-	t.Logf("kill -9: %d notifications, %d alerts, %d duplicates (at-least-once redelivery of the victim's uncommitted work)",
-		len(noteIDs), c.alerts.records(), dups)
-	c.checkAlertResults()
-	c.waitCaughtUp(60 * time.Second)
-	final := c.waitStable(survivors, 0, 30*time.Second)
-	if final.gen != cur.gen {
-		t.Errorf("generation changed from %d to %d after the takeover", cur.gen, final.gen)
-	}
-	c.checkJoinCounts("end", final)
-	c.stopAll(survivors)
-	c.checkFinalState(final.owners(partitions), last)
+	c.drain("kill -9", l, survivors, cur.gen)
 }
 
 // TestIntegrationRestartSameInstance stops the only worker with SIGTERM,
@@ -235,4 +211,35 @@ func TestIntegrationRestartSameInstance(t *testing.T) {
 	t.Logf("restart: %d notifications, %d alerts, %d duplicates", len(noteIDs), c.alerts.records(), dups)
 	c.stop(w)
 	c.checkFinalState(final.owners(partitions), last)
+}
+
+// TestIntegrationKill9FastRestart is the usual pod crash: a worker is
+// killed with SIGKILL and comes back with the same instance id and state
+// dir before its session times out. Kafka's static membership lets it
+// take its place without a rebalance, so it must get the same tasks back,
+// resume from its stores and lose nothing.
+func TestIntegrationKill9FastRestart(t *testing.T) {
+	c := newCluster(t, partitions)
+	ws := []*worker{c.start("w1"), c.start("w2")}
+	st := c.waitStable(ws, 0, 60*time.Second)
+	c.checkMoved("start 2 workers", stable{}, st)
+
+	l := c.startLoad("crash", 20, 3, 1, 300)
+	c.waitRuns(l, 3, 30*time.Second)
+	c.kill9(ws[1])
+	killedAt := time.Now()
+	ws[1] = c.start("w2")
+	cur := c.waitStable(ws, st.gen-1, 40*time.Second)
+	t.Logf("fast restart: stable at generation %d (was %d) %s after the kill, w2 tasks %v (were %v), w2 restored %d records",
+		cur.gen, st.gen, cur.at.Sub(killedAt).Round(time.Millisecond), cur.views["w2"].Tasks, st.views["w2"].Tasks, cur.views["w2"].RestoredRecords)
+	if cur.gen == st.gen {
+		// No rebalance: the same plan.
+		if got := cur.tasks(); !maps.EqualFunc(got, st.tasks(), slices.Equal) {
+			t.Errorf("assignment changed without a new generation: %v, was %v", got, st.tasks())
+		}
+	} else {
+		c.checkMoved("fast restart of w2", st, cur)
+	}
+	c.waitRuns(l, l.completed()+3, 30*time.Second)
+	c.drain("fast restart", l, ws, cur.gen)
 }
