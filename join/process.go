@@ -67,7 +67,12 @@ func (t *processTask) run(ctx context.Context) {
 		if len(recs) == 0 {
 			continue
 		}
-		if err := t.handle(ctx, recs, log); err != nil {
+		if err := w.gate.enter(ctx); err != nil {
+			return
+		}
+		err = t.handle(ctx, recs, log)
+		w.gate.leave()
+		if err != nil {
 			// Not acknowledged: read the batch again.
 			r.next = recs[0].Offset
 			continue

@@ -88,6 +88,7 @@ type Worker struct {
 	remote  *remoteClient
 
 	member Membership
+	gate   *gate // pauses notifications from Rebalancing to Assigned
 
 	// ctx is the context tasks run under; set by Run.
 	ctx context.Context
@@ -155,6 +156,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		states:  map[int]*stateTask{},
 		procs:   map[int]*processTask{},
 		cancels: map[any]context.CancelFunc{},
+		gate:    newGate(),
 	}
 	reg := cfg.Registerer
 	if reg == nil {
@@ -287,6 +289,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 	}
 	started := taskIDs(newStates)
 	w.updateTaskGauges()
+	w.gate.reopen()
 	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
 		"state_tasks", wantState, "process_tasks", wantProc, "new_state_tasks", started)
 }
@@ -297,9 +300,23 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 func (w *Worker) Rebalancing(ctx context.Context) {
 	if w.ctx != nil && w.ctx.Err() != nil {
 		w.stopAll()
+	} else {
+		// Pause notifications until the next assignment, so that the commit
+		// covers all that was processed and a moved task's next owner does
+		// not process it again. Bounded: a batch stuck on an unavailable
+		// Kafka must not hold the rebalance up (its alerts may then be
+		// duplicated, never lost).
+		pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
+		if !w.gate.close(pctx) {
+			w.log.Warn("batches still in flight when the rebalance started; their alerts may be written again by the next owner")
+		}
+		cancel()
 	}
 	w.commit(ctx)
 }
+
+// pauseTimeout bounds how long a rebalance waits for batches in flight.
+const pauseTimeout = 5 * time.Second
 
 func (w *Worker) openStore(p int) (*statestore.Store, error) {
 	before := w.cfg.Stores.Rebuilds()
