@@ -314,6 +314,11 @@ func TestScaleOutAndIn(t *testing.T) {
 	}
 	a := h.allAlerts()
 	t.Logf("%d notifications, %d alerts, %d duplicates", len(h.ids), a.Records, a.Duplicates())
+	// Clean rebalances pause and commit before tasks move: nothing is
+	// processed twice.
+	if a.Duplicates() != 0 {
+		t.Errorf("%d duplicate alerts across clean rebalances, want 0", a.Duplicates())
+	}
 	tot := h.f.Totals()
 	if tot.Miss != 0 {
 		t.Errorf("%d misses; every symbol had a tick before its notifications", tot.Miss)

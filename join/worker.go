@@ -90,8 +90,10 @@ type Worker struct {
 	member Membership
 	gate   *gate // pauses notifications from Rebalancing to Assigned
 
-	// ctx is the context tasks run under; set by Run.
-	ctx context.Context
+	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
+	// by Run.
+	ctx  context.Context
+	done <-chan struct{}
 
 	mu         sync.RWMutex
 	assigned   bool
@@ -180,7 +182,12 @@ func (w *Worker) Metrics() *Metrics { return w.metrics }
 // and every task goroutine, and waits for all of them.
 func (w *Worker) Run(ctx context.Context, m Membership) error {
 	w.member = m
-	w.ctx = ctx
+	w.done = ctx.Done()
+	// Tasks run until stopAll cancels them, not until ctx ends: at
+	// shutdown, the batches in flight finish and are committed first.
+	var cancelTasks context.CancelFunc
+	w.ctx, cancelTasks = context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelTasks()
 	commitCtx, stopCommitter := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -298,21 +305,31 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 // while this generation still can. When the worker is shutting down, the
 // tasks are stopped first so the commit is final.
 func (w *Worker) Rebalancing(ctx context.Context) {
-	if w.ctx != nil && w.ctx.Err() != nil {
-		w.stopAll()
-	} else {
-		// Pause notifications until the next assignment, so that the commit
-		// covers all that was processed and a moved task's next owner does
-		// not process it again. Bounded: a batch stuck on an unavailable
-		// Kafka must not hold the rebalance up (its alerts may then be
-		// duplicated, never lost).
-		pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
-		if !w.gate.close(pctx) {
-			w.log.Warn("batches still in flight when the rebalance started; their alerts may be written again by the next owner")
-		}
-		cancel()
+	// Pause notifications until the next assignment (or the end), so that
+	// the commit covers all that was processed and a moved task's next
+	// owner does not process it again. Bounded: a batch stuck on an
+	// unavailable Kafka must not hold the rebalance up (its alerts may then
+	// be written twice, never lost).
+	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
+	if !w.gate.close(pctx) {
+		w.log.Warn("batches still in flight when the rebalance started; their alerts may be written again by the next owner")
 	}
-	w.commit(ctx)
+	cancel()
+	if w.shuttingDown() {
+		w.stopAll()
+	}
+	if err := w.commit(ctx); err != nil {
+		w.log.Info("the commit at the rebalance failed; the next owners may process some notifications again", "err", err)
+	}
+}
+
+func (w *Worker) shuttingDown() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // pauseTimeout bounds how long a rebalance waits for batches in flight.
@@ -519,14 +536,14 @@ func (w *Worker) commitLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			w.commit(ctx)
+			_ = w.commit(ctx) // counted and logged inside; retried next tick
 		}
 	}
 }
 
 // commit commits the acknowledged notification offsets and the applied
 // market offsets that changed since the last commit.
-func (w *Worker) commit(ctx context.Context) {
+func (w *Worker) commit(ctx context.Context) error {
 	w.commitMu.Lock()
 	defer w.commitMu.Unlock()
 	offsets := map[string]map[int]int64{}
@@ -550,14 +567,14 @@ func (w *Worker) commit(ctx context.Context) {
 	}
 	w.mu.RUnlock()
 	if len(offsets) == 0 || w.member == nil {
-		return
+		return nil
 	}
 	if err := w.member.Commit(ctx, offsets); err != nil {
 		if !errors.Is(err, group.ErrRebalancing) {
 			w.metrics.CommitErrors.Inc()
 			w.log.Warn("offset commit failed; retrying at the next interval", "err", err)
 		}
-		return
+		return err
 	}
 	if w.committed == nil {
 		w.committed = map[string]map[int]int64{}
@@ -570,6 +587,7 @@ func (w *Worker) commit(ctx context.Context) {
 			w.committed[topic][p] = o
 		}
 	}
+	return nil
 }
 
 // writeOut writes alerts and dead letters and waits for Kafka to
