@@ -72,6 +72,8 @@ type Report struct {
 	Alerts        int            `json:"alerts"`
 	Joins         Joins          `json:"joins"`
 	PerWorker     []WorkerReport `json:"per_worker"`
+	// Elapsed runs from the first record produced to the last alert read.
+	Elapsed time.Duration `json:"-"`
 }
 
 func (c *Config) defaults() {
@@ -145,6 +147,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	say("%d workers joined the group (generation %d, assignor %s)", cfg.Workers, gen, cfg.Assignor)
 
+	began := time.Now()
 	sum, err := loadgen.Run(ctx, loadgen.Config{
 		Brokers:                b.Addrs,
 		MarketTopic:            b.Topics.Market,
@@ -164,11 +167,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	// An alert is counted right after Kafka acknowledges it: wait for the
 	// counters to catch up with what was read.
+	elapsed := time.Since(began)
 	rep := f.report(cfg, sum.Notifications, alerts.Records)
 	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(len(alerts.ByID)) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		rep = f.report(cfg, sum.Notifications, alerts.Records)
 	}
+	rep.Elapsed = elapsed
 	return rep, nil
 }
 
@@ -202,8 +207,9 @@ func (r Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d workers, %d partitions: %d notifications, %d alerts; %d/%d joined locally\n",
-		r.Workers, r.Partitions, r.Notifications, r.Alerts, r.Joins.Local, r.total())
+	_, err := fmt.Fprintf(w, "%d workers, %d partitions: %d notifications, %d alerts; %d/%d joined locally; %s from the first record produced to the last alert (%.0f notifications/s)\n",
+		r.Workers, r.Partitions, r.Notifications, r.Alerts, r.Joins.Local, r.total(),
+		r.Elapsed.Round(time.Millisecond), float64(r.Notifications)/max(r.Elapsed.Seconds(), 1e-9))
 	return err
 }
 
