@@ -215,6 +215,9 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		w.metrics.TasksMoved.Add(float64(a.Moved))
 		w.moved.Add(int64(a.Moved))
 	}
+	if a.Error != "" {
+		w.log.Error("the group leader could not plan an assignment; this member holds no tasks until it can", "generation", a.Generation, "err", a.Error)
+	}
 	wantState := a.Topics[w.cfg.MarketTopic]
 	wantProc := a.Topics[w.cfg.NotificationsTopic]
 
