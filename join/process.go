@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -15,14 +14,17 @@ import (
 // its partition reader; acked is the next offset whose alert has not been
 // acknowledged, read by the committer.
 type processTask struct {
-	w       *Worker
-	p       int
+	w *Worker
+	p int
+	// st is the task's own state when this member holds it too; then the
+	// task reads both partitions merged (runMerged).
+	st      *stateTask
 	stopped chan struct{}
 	acked   atomic.Int64 // -1 until the first batch is acknowledged
 }
 
-func newProcessTask(w *Worker, p int) *processTask {
-	t := &processTask{w: w, p: p, stopped: make(chan struct{})}
+func newProcessTask(w *Worker, p int, st *stateTask) *processTask {
+	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{})}
 	t.acked.Store(-1)
 	return t
 }
@@ -35,17 +37,21 @@ func (t *processTask) run(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	// With a co-partitioned assignment the task's own state restores
-	// first: only then do notifications start.
-	if st := w.stateTask(t.p); st != nil {
+	if t.st != nil {
+		// The task's own state restores first: only then do notifications
+		// start, merged with the market in timestamp order.
 		select {
-		case <-st.restored:
-		case <-st.stopped:
+		case <-t.st.restored:
+		case <-t.st.stopped:
+			return
 		case <-ctx.Done():
 			return
 		}
+		log.Info("processing notifications merged with the market", "from_offset", start, "market_offset", t.st.resumeAt)
+		t.runMerged(ctx, t.st, start, log)
+		return
 	}
-	log.Info("processing notifications", "from_offset", start)
+	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
 	r := newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait)
 	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
 	for attempt := 0; ctx.Err() == nil; {
@@ -70,7 +76,7 @@ func (t *processTask) run(ctx context.Context) {
 		if err := w.gate.enter(ctx); err != nil {
 			return
 		}
-		err = t.handle(ctx, recs, log)
+		err = t.handle(ctx, recs)
 		w.gate.leave()
 		if err != nil {
 			// Not acknowledged: read the batch again.
@@ -81,37 +87,41 @@ func (t *processTask) run(ctx context.Context) {
 	}
 }
 
-// handle joins one fetched batch and writes its alerts and dead letters.
-// It returns an error only when ctx ended before they were acknowledged.
-func (t *processTask) handle(ctx context.Context, recs []record, log *slog.Logger) error {
+// pending is a decoded notification waiting for its price.
+type pending struct {
+	n    Notification
+	task int // the symbol's task
+	ts   int64
+}
+
+// decode splits records into notifications to join and dead letters.
+func (t *processTask) decode(recs []record) (good []pending, dead []deadLetter) {
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.NotificationsTopic).Add(float64(len(recs)))
-	type pending struct {
-		n    Notification
-		task int
-		ts   int64
-	}
-	var (
-		good []pending
-		dead []deadLetter
-	)
 	parts := w.partitions()
-	maxTs := map[int]int64{} // per symbol task, the newest notification
 	for _, rec := range recs {
 		n, err := DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.NotificationsTopic, t.p, rec, err))
 			continue
 		}
-		q := murmur2.Partition([]byte(n.Symbol), parts)
-		ts := rec.Time.UnixMilli()
-		good = append(good, pending{n, q, ts})
-		if cur, ok := maxTs[q]; !ok || ts > cur {
-			maxTs[q] = ts
-		}
+		good = append(good, pending{n, murmur2.Partition([]byte(n.Symbol), parts), rec.Time.UnixMilli()})
 	}
+	return good, dead
+}
+
+// handle joins one fetched batch of a task whose state is not local, and
+// writes its alerts and dead letters. It returns an error only when ctx
+// ended before they were acknowledged.
+func (t *processTask) handle(ctx context.Context, recs []record) error {
+	w := t.w
+	good, dead := t.decode(recs)
 	// Hold the batch until each local task it needs has been read past its
 	// notifications (or to its end), bounded by MaxTaskIdle.
+	maxTs := map[int]int64{}
+	for _, g := range good {
+		maxTs[g.task] = max(maxTs[g.task], g.ts)
+	}
 	for q, ts := range maxTs {
 		if st := w.stateTask(q); st != nil {
 			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
@@ -119,8 +129,18 @@ func (t *processTask) handle(ctx context.Context, recs []record, log *slog.Logge
 			}
 		}
 	}
-	// Local lookups are store reads; remote ones are HTTP calls, made
-	// concurrently (bounded) so a batch costs about one round trip.
+	alerts, err := t.joinAll(ctx, good)
+	if err != nil {
+		return err
+	}
+	return t.flush(ctx, alerts, dead)
+}
+
+// joinAll looks up the price of each notification. Local lookups are store
+// reads; remote ones are HTTP calls, made concurrently (bounded) so that a
+// batch costs about one round trip.
+func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, error) {
+	w := t.w
 	alerts := make([]Alert, len(good))
 	sem := make(chan struct{}, remoteConcurrency)
 	var wg sync.WaitGroup
@@ -139,9 +159,13 @@ func (t *processTask) handle(ctx context.Context, recs []record, log *slog.Logge
 		}()
 	}
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+	return alerts, ctx.Err()
+}
+
+// flush writes alerts and dead letters, waits for Kafka to acknowledge
+// them, and counts the joins.
+func (t *processTask) flush(ctx context.Context, alerts []Alert, dead []deadLetter) error {
+	w := t.w
 	if err := w.writeOut(ctx, alerts, dead); err != nil {
 		return err
 	}

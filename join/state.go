@@ -35,6 +35,15 @@ type stateTask struct {
 	// so the final commit after the tasks stop still sees it.
 	applied atomic.Int64
 
+	// merged is set when this member also processes the task's
+	// notifications: the process task then drives the tail (runMerged)
+	// and this task only restores.
+	merged bool
+	// dlqFrom and resumeAt are set before restored is closed: malformed
+	// ticks at or after dlqFrom are dead-lettered (earlier ones were by a
+	// previous owner), and resumeAt is the market offset after the restore.
+	dlqFrom, resumeAt int64
+
 	// progress, guarded by pmu; changed is closed and replaced on each
 	// update so waiters can select on it.
 	pmu      sync.Mutex
@@ -43,10 +52,11 @@ type stateTask struct {
 	changed  chan struct{}
 }
 
-func newStateTask(w *Worker, p int, store *statestore.Store) *stateTask {
+func newStateTask(w *Worker, p int, store *statestore.Store, merged bool) *stateTask {
 	s := &stateTask{
 		w:        w,
 		p:        p,
+		merged:   merged,
 		store:    store,
 		restored: make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -107,6 +117,7 @@ func (s *stateTask) run(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	s.dlqFrom = dlqFrom
 
 	began := time.Now()
 	var first, end int64
@@ -143,10 +154,16 @@ func (s *stateTask) run(ctx context.Context) {
 	secs := time.Since(began).Seconds()
 	w.metrics.RestoreSeconds.Observe(secs)
 	w.restoredRecords.Add(restoredRecords)
+	s.resumeAt = r.next
 	close(s.restored)
 	w.updateTaskGauges()
 	log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset())
-
+	if s.merged {
+		// The process task reads the market from here, merged with the
+		// notifications.
+		<-ctx.Done()
+		return
+	}
 	for {
 		if _, ok := s.step(ctx, r, dlqFrom, log); !ok {
 			return
@@ -155,37 +172,51 @@ func (s *stateTask) run(ctx context.Context) {
 }
 
 // step fetches once and applies what it got. It returns the number of
-// records read and false when ctx is done.
+// records read and false when ctx is done or the store closed.
 func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64, log *slog.Logger) (int, bool) {
-	w := s.w
 	for attempt := 0; ; attempt++ {
 		recs, err := r.fetch(ctx)
-		if err == nil {
-			if len(recs) > 0 {
-				if err := s.apply(ctx, recs, dlqFrom); err != nil {
-					if ctx.Err() != nil {
-						return 0, false
-					}
-					log.Warn("applying market records failed; retrying", "err", err)
-					r.next = recs[0].Offset
-					if sleep(ctx, backoff(attempt)) != nil {
-						return 0, false
-					}
-					continue
-				}
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, false
 			}
-			s.advance(r.next, recs)
-			return len(recs), true
+			log.Warn("fetch failed; retrying", "err", err)
+			s.w.metrics.FetchErrors.Inc()
+			if sleep(ctx, backoff(attempt)) != nil {
+				return 0, false
+			}
+			continue
 		}
-		if ctx.Err() != nil {
+		if err := s.applyRetrying(ctx, recs, dlqFrom); err != nil {
 			return 0, false
 		}
-		log.Warn("fetch failed; retrying", "err", err)
-		w.metrics.FetchErrors.Inc()
-		if sleep(ctx, backoff(attempt)) != nil {
-			return 0, false
+		s.advance(r.next, nil)
+		return len(recs), true
+	}
+}
+
+// applyRetrying applies recs (see apply), retrying failures with backoff,
+// and publishes the new position. It fails only when ctx is done or the
+// store was closed.
+func (s *stateTask) applyRetrying(ctx context.Context, recs []record, dlqFrom int64) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		err := s.apply(ctx, recs, dlqFrom)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
+			return err
+		}
+		s.w.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
 		}
 	}
+	s.advance(recs[len(recs)-1].Offset+1, recs)
+	return nil
 }
 
 // apply writes the valid ticks of recs and the offset of the last record
@@ -227,7 +258,7 @@ func (s *stateTask) apply(ctx context.Context, recs []record, dlqFrom int64) err
 func (s *stateTask) advance(next int64, recs []record) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	s.next = next
+	s.next = max(s.next, next)
 	for _, r := range recs {
 		s.lastTsMs = max(s.lastTsMs, r.Time.UnixMilli())
 	}

@@ -221,17 +221,20 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 	wantState := a.Topics[w.cfg.MarketTopic]
 	wantProc := a.Topics[w.cfg.NotificationsTopic]
 
+	// A task whose state and notifications are both here runs merged; a
+	// task that changes between merged and not is restarted.
+	colocated := func(p int) bool { return slices.Contains(wantState, p) && slices.Contains(wantProc, p) }
 	w.mu.Lock()
 	var stopProcs []*processTask
 	for p, t := range w.procs {
-		if !slices.Contains(wantProc, p) {
+		if !slices.Contains(wantProc, p) || (t.st != nil) != colocated(p) {
 			stopProcs = append(stopProcs, t)
 			delete(w.procs, p)
 		}
 	}
 	var stopStates []*stateTask
 	for p, t := range w.states {
-		if !slices.Contains(wantState, p) {
+		if !slices.Contains(wantState, p) || t.merged != colocated(p) {
 			stopStates = append(stopStates, t)
 			delete(w.states, p)
 		}
@@ -250,8 +253,10 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		// The task's new owner holds its state now. Dropping the stale
 		// copy bounds the disk and keeps the tasks reported after a
 		// restart (Config.Owned) to the ones this member really owned.
-		if err := w.cfg.Stores.RemoveTask(t.p); err != nil {
-			w.log.Warn("removing the store of a revoked task", "task", t.p, "err", err)
+		if !slices.Contains(wantState, t.p) {
+			if err := w.cfg.Stores.RemoveTask(t.p); err != nil {
+				w.log.Warn("removing the store of a revoked task", "task", t.p, "err", err)
+			}
 		}
 	}
 	if len(stopProcs)+len(stopStates) > 0 {
@@ -272,12 +277,23 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 			w.log.Error("cannot open the task store; the task is not processed on this member", "task", p, "err", err)
 			continue
 		}
-		newStates = append(newStates, newStateTask(w, p, store))
+		newStates = append(newStates, newStateTask(w, p, store, colocated(p)))
 	}
 	for _, p := range wantProc {
-		if _, ok := w.procs[p]; !ok {
-			newProcs = append(newProcs, newProcessTask(w, p))
+		if _, ok := w.procs[p]; ok {
+			continue
 		}
+		var st *stateTask
+		if colocated(p) {
+			if st = w.states[p]; st == nil {
+				for _, n := range newStates {
+					if n.p == p {
+						st = n
+					}
+				}
+			}
+		}
+		newProcs = append(newProcs, newProcessTask(w, p, st))
 	}
 	w.mu.RUnlock()
 	w.mu.Lock()

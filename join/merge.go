@@ -1,0 +1,277 @@
+package join
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// fetched is one fetch of a prefetching reader: its records (possibly
+// none) and the reader's position and high watermark after it.
+type fetched struct {
+	recs []record
+	next int64
+	hwm  int64
+}
+
+// prefetch reads r in a goroutine owned by the caller (wg) until ctx is
+// done, handing every fetch, empty ones too, to the returned channel.
+func (w *Worker) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, log *slog.Logger) <-chan fetched {
+	ch := make(chan fetched, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for attempt := 0; ctx.Err() == nil; {
+			recs, err := r.fetch(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				log.Warn("fetch failed; retrying", "topic", r.topic, "err", err)
+				w.metrics.FetchErrors.Inc()
+				_ = sleep(ctx, backoff(attempt))
+				attempt++
+				continue
+			}
+			attempt = 0
+			select {
+			case ch <- fetched{recs: recs, next: r.next, hwm: r.hwm}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// Bounds of the merge: how many records one side buffers before its reader
+// waits, and how many alerts a merge pass collects before writing them.
+const (
+	mergeBufferRecords = 20000
+	mergeFlushAlerts   = 5000
+)
+
+// runMerged processes a task whose state is local: it reads market-p and
+// notifications-p merged in record-timestamp order. A tick is applied
+// before the notifications with the same or a later timestamp, a
+// notification is joined before the ticks with a later one. When one side
+// has nothing buffered, the other waits until that side is known to be at
+// its end (an end offset read after the wait began), or MaxTaskIdle has
+// passed. So a notification produced after a tick of its symbol always
+// finds that tick, and does not see ticks newer than itself unless the
+// market got ahead during an idle wait.
+func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64, log *slog.Logger) {
+	w := t.w
+	fctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
+	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait), log)
+	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
+
+	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1}
+	for {
+		if err := w.gate.enter(ctx); err != nil {
+			return
+		}
+		err := m.pass(ctx)
+		w.gate.leave()
+		if err != nil {
+			return // ctx ended, or the store closed under us: the task is stopping
+		}
+
+		// Wait for more input, or decide that the side we wait for is at
+		// its end.
+		idle := time.Duration(-1)
+		if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
+			if !m.checked {
+				m.checked = true
+				if m.otherSideAtEnd(ctx) {
+					m.force = true
+					continue
+				}
+			}
+			if m.waitStart.IsZero() {
+				m.waitStart = time.Now()
+			}
+			idle = w.cfg.MaxTaskIdle - time.Since(m.waitStart)
+			if idle <= 0 {
+				m.force = true
+				continue
+			}
+		}
+		var (
+			timeout <-chan time.Time
+			timer   *time.Timer
+		)
+		if idle >= 0 {
+			timer = time.NewTimer(idle)
+			timeout = timer.C
+		}
+		mIn, nIn := mCh, nCh
+		if len(m.mbuf) >= mergeBufferRecords {
+			mIn = nil
+		}
+		if len(m.nbuf) >= mergeBufferRecords {
+			nIn = nil
+		}
+		// A batch for the side being waited for ends the wait; one for the
+		// other side does not restart it.
+		select {
+		case f := <-mIn:
+			m.mNext = f.next
+			if len(f.recs) > 0 {
+				if len(m.mbuf) == 0 {
+					m.progressed()
+				}
+				m.mbuf = append(m.mbuf, f.recs...)
+			}
+		case f := <-nIn:
+			m.nNext = f.next
+			if len(f.recs) > 0 {
+				if len(m.nbuf) == 0 {
+					m.progressed()
+				}
+				m.nbuf = append(m.nbuf, f.recs...)
+			}
+			if f.hwm >= 0 {
+				lag.Set(float64(max(f.hwm-f.next, 0) + int64(len(m.nbuf))))
+			}
+		case <-timeout:
+			m.force = true
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// merger holds the buffered input of one merged task.
+type merger struct {
+	t  *processTask
+	st *stateTask
+
+	mbuf, nbuf   []record
+	mNext, nNext int64 // the readers' positions after their last fetch
+
+	// The current wait: when it began, whether the other side's end was
+	// checked, and whether the buffered side may go ahead regardless.
+	waitStart time.Time
+	checked   bool
+	force     bool
+}
+
+func (m *merger) progressed() {
+	m.waitStart, m.checked = time.Time{}, false
+}
+
+// otherSideAtEnd reports whether the side with nothing buffered has been
+// read to the end offset it has now.
+func (m *merger) otherSideAtEnd(ctx context.Context) bool {
+	w := m.t.w
+	topic, next := w.cfg.MarketTopic, m.mNext
+	if len(m.nbuf) == 0 {
+		topic, next = w.cfg.NotificationsTopic, m.nNext
+	}
+	end, err := listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
+	if err != nil {
+		w.metrics.FetchErrors.Inc()
+		return false // wait; MaxTaskIdle still bounds it
+	}
+	return next >= 0 && next >= end
+}
+
+// pass consumes the buffers as far as the merge order allows: ticks are
+// applied to the store, notifications joined, and their alerts written
+// (and acknowledged) at the end of the pass or every mergeFlushAlerts.
+func (m *merger) pass(ctx context.Context) error {
+	t := m.t
+	var (
+		alerts []Alert
+		dead   []deadLetter
+		acked  int64 = -1
+	)
+	flush := func() error {
+		if acked < 0 {
+			return nil
+		}
+		if err := t.flush(ctx, alerts, dead); err != nil {
+			return err
+		}
+		t.acked.Store(acked)
+		alerts, dead, acked = alerts[:0], dead[:0], -1
+		return nil
+	}
+	join := func(recs []record) error {
+		good, bad := t.decode(recs)
+		a, err := t.joinAll(ctx, good)
+		if err != nil {
+			return err
+		}
+		alerts, dead = append(alerts, a...), append(dead, bad...)
+		acked = recs[len(recs)-1].Offset + 1
+		m.nbuf = m.nbuf[len(recs):]
+		if len(alerts) >= mergeFlushAlerts {
+			return flush()
+		}
+		return nil
+	}
+	apply := func(recs []record) error {
+		if err := m.st.applyRetrying(ctx, recs, m.st.dlqFrom); err != nil {
+			return err
+		}
+		m.mbuf = m.mbuf[len(recs):]
+		return nil
+	}
+	for {
+		var err error
+		switch {
+		case len(m.mbuf) > 0 && len(m.nbuf) > 0:
+			head := m.nbuf[0].Time.UnixMilli()
+			if k := prefix(m.mbuf, func(ts int64) bool { return ts <= head }); k > 0 {
+				err = apply(m.mbuf[:k])
+			} else {
+				tick := m.mbuf[0].Time.UnixMilli()
+				err = join(m.nbuf[:prefix(m.nbuf, func(ts int64) bool { return ts < tick })])
+			}
+		case len(m.nbuf) > 0 && m.force:
+			err = join(m.nbuf)
+		case len(m.mbuf) > 0 && m.force:
+			err = apply(m.mbuf)
+		default:
+			m.force = false
+			if len(m.mbuf) == 0 && len(m.nbuf) == 0 {
+				m.progressed()
+			}
+			return flush()
+		}
+		if err != nil {
+			return err
+		}
+		if m.force {
+			m.force = false
+			m.progressed()
+		}
+	}
+}
+
+// prefix is the length of the longest prefix of recs whose timestamps
+// satisfy ok.
+func prefix(recs []record, ok func(tsMs int64) bool) int {
+	for i, r := range recs {
+		if !ok(r.Time.UnixMilli()) {
+			return i
+		}
+	}
+	return len(recs)
+}

@@ -1,0 +1,148 @@
+package join
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/statestore"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// newTestWorker builds a worker on an embedded broker with one partition
+// per topic, holding task 0's state (restored, empty) and processing its
+// notifications merged.
+func newTestWorker(t *testing.T) (*Worker, *processTask, *kafka.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "market", "notifications", "alerts", "joiner-dead-letters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	client := &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Timeout: 5 * time.Second}
+	writer := &kafka.Writer{Addr: kafka.TCP(c.ListenAddrs()...), BatchTimeout: time.Millisecond}
+	t.Cleanup(func() { writer.Close() })
+	stores, err := statestore.Open(statestore.Options{Dirs: []string{t.TempDir()}, Group: "g", CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stores.Close() })
+	w, err := NewWorker(Config{Client: client, Writer: writer, Stores: stores, InstanceID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := stores.OpenTask(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStateTask(w, 0, store, true)
+	st.dlqFrom = -1
+	close(st.restored)
+	w.assignment = group.Assignment{Partitions: 1}
+	w.states[0] = st
+	return w, newProcessTask(w, 0, st), client
+}
+
+func recAt(offset int64, ms int, value string) record {
+	return record{Offset: offset, Time: time.UnixMilli(int64(ms)), Value: []byte(value)}
+}
+
+// readAlerts returns the alerts written so far, by notification id.
+func readAlerts(t *testing.T, c *kafka.Client, want int) map[string]Alert {
+	t.Helper()
+	out := map[string]Alert{}
+	deadline := time.Now().Add(10 * time.Second)
+	for next := int64(0); len(out) < want && time.Now().Before(deadline); {
+		res, err := c.Fetch(context.Background(), &kafka.FetchRequest{Topic: "alerts", Partition: 0, Offset: next, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			rec, err := res.Records.ReadRecord()
+			if err != nil {
+				break
+			}
+			v, _ := kafka.ReadAll(rec.Value)
+			var a Alert
+			if err := json.Unmarshal(v, &a); err != nil {
+				t.Fatal(err)
+			}
+			out[a.ID] = a
+			next = rec.Offset + 1
+		}
+	}
+	return out
+}
+
+// A merge pass joins each notification with the ticks up to its own
+// timestamp, even when newer ticks are already buffered; what it cannot
+// order yet stays buffered until the other side is known to be at its end.
+func TestMergePassFollowsTimestamps(t *testing.T) {
+	_, pt, client := newTestWorker(t)
+	tick := func(off int64, ms int, price float64) record {
+		return recAt(off, ms, fmt.Sprintf(`{"symbol":"BBCA","price":%v}`, price))
+	}
+	note := func(off int64, ms int, id string) record {
+		return recAt(off, ms, fmt.Sprintf(`{"id":%q,"symbol":"BBCA"}`, id))
+	}
+	m := merger{t: pt, st: pt.st, mNext: 3, nNext: 6,
+		mbuf: []record{tick(0, 1000, 1), tick(1, 2000, 2), tick(2, 3000, 3)},
+		nbuf: []record{note(0, 500, "before-any"), note(1, 1000, "at-1000"), note(2, 1500, "at-1500"),
+			recAt(3, 1600, `{"id":"broken"`), note(4, 2500, "at-2500"), note(5, 9000, "at-9000")},
+	}
+	ctx := context.Background()
+	if err := m.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The tick at 3000 is applied (the next notification is newer), but
+	// the notification at 9000 waits: the market may still hold ticks
+	// before it.
+	if len(m.mbuf) != 0 || len(m.nbuf) != 1 || pt.acked.Load() != 5 {
+		t.Fatalf("after the pass: %d ticks and %d notifications buffered, acked %d; want 0, 1 and 5", len(m.mbuf), len(m.nbuf), pt.acked.Load())
+	}
+	m.force = true // the market is at its end, or MaxTaskIdle passed
+	if err := m.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.nbuf) != 0 || pt.acked.Load() != 6 {
+		t.Fatalf("forced pass left %d notifications, acked %d", len(m.nbuf), pt.acked.Load())
+	}
+	alerts := readAlerts(t, client, 5)
+	want := map[string]float64{"at-1000": 1, "at-1500": 1, "at-2500": 2, "at-9000": 3}
+	for id, price := range want {
+		a := alerts[id]
+		if a.Price == nil || *a.Price != price || a.Result != ResultLocal {
+			t.Errorf("%s: joined %+v, want price %v", id, a, price)
+		}
+	}
+	if a := alerts["before-any"]; a.Result != ResultMiss || a.Price != nil {
+		t.Errorf("a notification older than every tick joined %+v, want a miss", a)
+	}
+	if pt.st.appliedOffset() != 2 {
+		t.Errorf("applied offset %d, want 2", pt.st.appliedOffset())
+	}
+}
+
+// Ticks wait for older notifications: with nothing on the notifications
+// side, a pass applies nothing until that side is known to be at its end.
+func TestMergePassHoldsTicksForOlderNotifications(t *testing.T) {
+	_, pt, _ := newTestWorker(t)
+	m := merger{t: pt, st: pt.st, mbuf: []record{recAt(0, 1000, `{"symbol":"BBCA","price":1}`)}}
+	if err := m.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.mbuf) != 1 || pt.st.appliedOffset() != -1 {
+		t.Fatalf("tick applied before the notifications side was known to be at its end")
+	}
+	m.force = true
+	if err := m.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.mbuf) != 0 || pt.st.appliedOffset() != 0 {
+		t.Fatalf("forced pass did not apply the tick")
+	}
+}
