@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,12 +23,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// Broker is an embedded single-node Kafka-compatible broker with the
-// joiner topics created.
+// Broker is the cluster a demo runs on: an embedded single-node broker
+// (StartBroker) or an external one (UseBrokers), with the joiner topics
+// created.
 type Broker struct {
-	cluster *kfake.Cluster
+	cluster *kfake.Cluster // nil for an external cluster
 	Addrs   []string
 	Topics  node.Topics
+	// Group is the consumer group the workers join.
+	Group string
 	// Partitions of every topic.
 	Partitions int
 	Client     *kafka.Client
@@ -53,17 +57,42 @@ func StartBroker(partitions int) (*Broker, error) {
 		cluster:    c,
 		Addrs:      addrs,
 		Topics:     t,
+		Group:      "joiner",
 		Partitions: partitions,
 		Client:     &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 10 * time.Second},
 	}, nil
 }
 
-// Close stops the broker.
-func (b *Broker) Close() { b.cluster.Close() }
+// UseBrokers prepares a demo on an external cluster: it creates topics and
+// a group named for this run (joiner-demo-<unix time>-…), so a run never
+// sees another's records. Close deletes the topics.
+func UseBrokers(ctx context.Context, addrs []string, partitions, replication int) (*Broker, error) {
+	if partitions < 1 {
+		return nil, fmt.Errorf("partitions must be at least 1, got %d", partitions)
+	}
+	run := fmt.Sprintf("joiner-demo-%d", time.Now().UnixNano())
+	t := node.Topics{Market: run + "-market", Notifications: run + "-notifications", Alerts: run + "-alerts", DeadLetter: run + "-dead-letters"}
+	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 30 * time.Second}
+	if err := node.EnsureTopics(ctx, client, t, partitions, max(replication, 1)); err != nil {
+		return nil, fmt.Errorf("creating the demo topics on %s: %w", strings.Join(addrs, ","), err)
+	}
+	return &Broker{Addrs: addrs, Topics: t, Group: run, Partitions: partitions, Client: client}, nil
+}
+
+// Close stops the embedded broker, or deletes the topics created on an
+// external one.
+func (b *Broker) Close() {
+	if b.cluster != nil {
+		b.cluster.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = b.Client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{b.Topics.Market, b.Topics.Notifications, b.Topics.Alerts, b.Topics.DeadLetter}})
+}
 
 // WorkerOptions tunes the workers a Fleet starts.
 type WorkerOptions struct {
-	Group             string
 	Assignor          string
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
@@ -128,7 +157,7 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 	n, err := node.New(ctx, node.Config{
 		Transport:         transport,
 		Brokers:           f.Broker.Addrs,
-		Group:             o.Group,
+		Group:             f.Broker.Group,
 		InstanceID:        instance,
 		Topics:            f.Broker.Topics,
 		StateDirs:         []string{filepath.Join(f.Dir, instance)},

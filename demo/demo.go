@@ -19,6 +19,11 @@ import (
 // reproduces seed 004's experiment: 4 workers, 6 partitions, 10 symbols ×
 // 3 notifications.
 type Config struct {
+	// Brokers, when set, run the demo on that cluster (with topics and a
+	// group named for the run) instead of an embedded broker.
+	Brokers           []string
+	ReplicationFactor int
+
 	Workers                int
 	Partitions             int
 	Symbols                int
@@ -119,7 +124,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer cancel()
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "demo: "+format+"\n", args...) }
 
-	b, err := StartBroker(cfg.Partitions)
+	var b *Broker
+	var err error
+	where := "embedded broker"
+	if len(cfg.Brokers) > 0 {
+		b, err = UseBrokers(ctx, cfg.Brokers, cfg.Partitions, cfg.ReplicationFactor)
+		where = "cluster"
+	} else {
+		b, err = StartBroker(cfg.Partitions)
+	}
 	if err != nil {
 		return Report{}, err
 	}
@@ -129,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("creating the state dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	say("embedded broker at %s; topics %s, %s, %s, %s with %d partitions", strings.Join(b.Addrs, ","),
+	say("%s at %s; topics %s, %s, %s, %s with %d partitions", where, strings.Join(b.Addrs, ","),
 		b.Topics.Market, b.Topics.Notifications, b.Topics.Alerts, b.Topics.DeadLetter, cfg.Partitions)
 
 	f := NewFleet(b, dir, WorkerOptions{Assignor: cfg.Assignor, Logger: cfg.Logger})

@@ -187,7 +187,7 @@ func (h *harness) allAlerts() *Alerts {
 // topic.
 func (h *harness) committed(topic string) map[int]int64 {
 	h.t.Helper()
-	res, err := h.b.Client.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: "joiner", Topics: map[string][]int{topic: seq(h.b.Partitions)}})
+	res, err := h.b.Client.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: h.b.Group, Topics: map[string][]int{topic: seq(h.b.Partitions)}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

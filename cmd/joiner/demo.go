@@ -22,6 +22,9 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		asJSON  bool
 		verbose bool
 	)
+	var brokers string
+	fs.StringVar(&brokers, "brokers", "", "run on this Kafka cluster (comma-separated bootstrap brokers) instead of the embedded broker; topics and group are created for the run and the topics deleted after it")
+	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 1, "replication factor of the topics created with --brokers")
 	fs.IntVar(&cfg.Workers, "workers", def.Workers, "workers to run; with more workers than partitions some sit idle")
 	fs.IntVar(&cfg.Partitions, "partitions", def.Partitions, "partitions of every topic")
 	fs.IntVar(&cfg.Symbols, "symbols", def.Symbols, "number of symbols")
@@ -38,6 +41,7 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "joiner demo: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	cfg.Brokers = splitList(brokers)
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "joiner demo: %v\n", err)
 		return 2
