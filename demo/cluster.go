@@ -329,12 +329,8 @@ func (f *Fleet) stable() (int32, string) {
 		if ok, why := n.Worker().Ready(); !ok {
 			return 0, name + ": " + why
 		}
-		for _, p := range s.Tasks {
-			seen["n"] = append(seen["n"], p)
-		}
-		for _, p := range s.StateTasks {
-			seen["m"] = append(seen["m"], p)
-		}
+		seen["n"] = append(seen["n"], s.Tasks...)
+		seen["m"] = append(seen["m"], s.StateTasks...)
 	}
 	for _, k := range []string{"n", "m"} {
 		if len(seen[k]) != f.Broker.Partitions {
