@@ -223,18 +223,19 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 
 	// A task whose state and notifications are both here runs merged; a
 	// task that changes between merged and not is restarted.
-	colocated := func(p int) bool { return slices.Contains(wantState, p) && slices.Contains(wantProc, p) }
+	inState, inProc := set(wantState), set(wantProc)
+	colocated := func(p int) bool { return inState[p] && inProc[p] }
 	w.mu.Lock()
 	var stopProcs []*processTask
 	for p, t := range w.procs {
-		if !slices.Contains(wantProc, p) || (t.st != nil) != colocated(p) {
+		if !inProc[p] || (t.st != nil) != colocated(p) {
 			stopProcs = append(stopProcs, t)
 			delete(w.procs, p)
 		}
 	}
 	var stopStates []*stateTask
 	for p, t := range w.states {
-		if !slices.Contains(wantState, p) || t.merged != colocated(p) {
+		if !inState[p] || t.merged != colocated(p) {
 			stopStates = append(stopStates, t)
 			delete(w.states, p)
 		}
@@ -253,7 +254,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		// The task's new owner holds its state now. Dropping the stale
 		// copy bounds the disk and keeps the tasks reported after a
 		// restart (Config.Owned) to the ones this member really owned.
-		if !slices.Contains(wantState, t.p) {
+		if !inState[t.p] {
 			if err := w.cfg.Stores.RemoveTask(t.p); err != nil {
 				w.log.Warn("removing the store of a revoked task", "task", t.p, "err", err)
 			}
@@ -267,6 +268,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 	// (so /readyz never sees a half-applied assignment), then start them.
 	var newStates []*stateTask
 	var newProcs []*processTask
+	fresh := map[int]*stateTask{}
 	w.mu.RLock()
 	for _, p := range wantState {
 		if _, ok := w.states[p]; ok {
@@ -277,7 +279,9 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 			w.log.Error("cannot open the task store; the task is not processed on this member", "task", p, "err", err)
 			continue
 		}
-		newStates = append(newStates, newStateTask(w, p, store, colocated(p)))
+		st := newStateTask(w, p, store, colocated(p))
+		newStates = append(newStates, st)
+		fresh[p] = st
 	}
 	for _, p := range wantProc {
 		if _, ok := w.procs[p]; ok {
@@ -286,11 +290,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		var st *stateTask
 		if colocated(p) {
 			if st = w.states[p]; st == nil {
-				for _, n := range newStates {
-					if n.p == p {
-						st = n
-					}
-				}
+				st = fresh[p]
 			}
 		}
 		newProcs = append(newProcs, newProcessTask(w, p, st))
@@ -656,3 +656,11 @@ func (w *Worker) writeOut(ctx context.Context, alerts []Alert, dead []deadLetter
 
 // SymbolTask is the task (partition index) of symbol among n partitions.
 func SymbolTask(symbol string, n int) int { return murmur2.Partition([]byte(symbol), n) }
+
+func set(ps []int) map[int]bool {
+	m := make(map[int]bool, len(ps))
+	for _, p := range ps {
+		m[p] = true
+	}
+	return m
+}
