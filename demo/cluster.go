@@ -9,9 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -91,23 +89,15 @@ func (b *Broker) Close() {
 	_, _ = b.Client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{b.Topics.Market, b.Topics.Notifications, b.Topics.Alerts, b.Topics.DeadLetter}})
 }
 
-// WorkerOptions tunes the workers a Fleet starts.
-type WorkerOptions struct {
-	Assignor          string
-	SessionTimeout    time.Duration
-	RebalanceTimeout  time.Duration
-	HeartbeatInterval time.Duration
-	MaxTaskIdle       time.Duration
-	CommitInterval    time.Duration
-	Logger            *slog.Logger
-}
-
 // Fleet starts and stops in-process workers against one broker. Each
 // worker has its own state dir under Dir and its own HTTP listener.
 type Fleet struct {
 	Broker *Broker
 	Dir    string
-	Opts   WorkerOptions
+	// Template configures every worker (assignor, timeouts, logger); the
+	// fleet sets the broker, group, topics, instance id, state dir, HTTP
+	// address and transport, and shortens the group timeouts left zero.
+	Template node.Config
 
 	mu      sync.Mutex
 	running map[string]*Running
@@ -125,9 +115,10 @@ type Running struct {
 	net    *cutter
 }
 
-// NewFleet returns a fleet keeping state under dir.
-func NewFleet(b *Broker, dir string, opts WorkerOptions) *Fleet {
-	return &Fleet{Broker: b, Dir: dir, Opts: opts, running: map[string]*Running{}}
+// NewFleet returns a fleet keeping state under dir, starting workers
+// configured by template.
+func NewFleet(b *Broker, dir string, template node.Config) *Fleet {
+	return &Fleet{Broker: b, Dir: dir, Template: template, running: map[string]*Running{}}
 }
 
 // Start starts a worker with the given instance id. Its state dir is
@@ -139,44 +130,28 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 	if _, ok := f.running[instance]; ok {
 		return nil, fmt.Errorf("worker %s is already running", instance)
 	}
-	o := f.Opts
-	if o.SessionTimeout == 0 {
-		o.SessionTimeout = 6 * time.Second
+	cfg := f.Template
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
 	}
-	if o.HeartbeatInterval == 0 {
-		o.HeartbeatInterval = 500 * time.Millisecond
-	}
-	if o.RebalanceTimeout == 0 {
-		o.RebalanceTimeout = 10 * time.Second
-	}
-	if o.CommitInterval == 0 {
-		o.CommitInterval = 200 * time.Millisecond
+	def(&cfg.SessionTimeout, 6*time.Second)
+	def(&cfg.HeartbeatInterval, 500*time.Millisecond)
+	def(&cfg.RebalanceTimeout, 10*time.Second)
+	def(&cfg.CommitInterval, 200*time.Millisecond)
+	if cfg.CacheBytes == 0 {
+		cfg.CacheBytes = 8 << 20
 	}
 	cut := &cutter{conns: map[net.Conn]struct{}{}}
-	transport := &kafka.Transport{Dial: cut.dial}
-	n, err := node.New(ctx, node.Config{
-		Transport:         transport,
-		Brokers:           f.Broker.Addrs,
-		Group:             f.Broker.Group,
-		InstanceID:        instance,
-		Topics:            f.Broker.Topics,
-		StateDirs:         []string{filepath.Join(f.Dir, instance)},
-		CacheBytes:        8 << 20,
-		HTTPAddr:          "127.0.0.1:0",
-		Assignor:          o.Assignor,
-		SessionTimeout:    o.SessionTimeout,
-		RebalanceTimeout:  o.RebalanceTimeout,
-		HeartbeatInterval: o.HeartbeatInterval,
-		MaxTaskIdle:       o.MaxTaskIdle,
-		CommitInterval:    o.CommitInterval,
-		Logger:            o.Logger,
-	})
+	cfg.Transport = &kafka.Transport{Dial: cut.dial}
+	cfg.Brokers, cfg.Group, cfg.Topics = f.Broker.Addrs, f.Broker.Group, f.Broker.Topics
+	cfg.InstanceID = instance
+	cfg.StateDirs = []string{filepath.Join(f.Dir, instance)}
+	cfg.HTTPAddr = "127.0.0.1:0"
+	n, err := node.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting worker %s: %w", instance, err)
-	}
-	if err := os.MkdirAll(filepath.Join(f.Dir, instance), 0o755); err != nil {
-		n.Close()
-		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	r := &Running{Node: n, cancel: cancel, done: make(chan error, 1), net: cut}
@@ -375,44 +350,64 @@ func (b *Broker) CollectAlerts(ctx context.Context, done func(*Alerts) bool) (*A
 
 func (b *Broker) collect(ctx context.Context, topic string, each func(*Alerts, kafka.Record, []byte), done func(*Alerts) bool) (*Alerts, error) {
 	a := &Alerts{ByID: map[string]int{}, Last: map[string]join.Alert{}}
-	next := make([]int64, b.Partitions)
-	for {
-		if done(a) {
-			return a, nil
+	r := NewTopicReader(b.Client, topic, b.Partitions)
+	for !done(a) {
+		n, err := r.Poll(ctx, func(rec kafka.Record, v []byte) { each(a, rec, v) })
+		if err != nil {
+			return a, err
 		}
-		if err := ctx.Err(); err != nil {
-			return a, fmt.Errorf("reading %s: %w", topic, err)
-		}
-		got := 0
-		for p := range next {
-			res, err := b.Client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: next[p], MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 20 * time.Millisecond})
-			if err != nil {
-				if ctx.Err() != nil {
-					return a, fmt.Errorf("reading %s: %w", topic, ctx.Err())
-				}
-				continue
-			}
-			for {
-				rec, err := res.Records.ReadRecord()
-				if err != nil {
-					break
-				}
-				if rec.Offset < next[p] {
-					continue
-				}
-				v, _ := kafka.ReadAll(rec.Value)
-				each(a, *rec, v)
-				next[p] = rec.Offset + 1
-				got++
-			}
-		}
-		if got == 0 {
+		if n == 0 {
 			select {
 			case <-ctx.Done():
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
 	}
+	return a, nil
+}
+
+// TopicReader reads every partition of a topic from its start, in order
+// within each partition. Tests and the demo use it to read what the
+// workers wrote.
+type TopicReader struct {
+	client *kafka.Client
+	topic  string
+	next   []int64
+}
+
+// NewTopicReader reads topic, which has partitions partitions.
+func NewTopicReader(c *kafka.Client, topic string, partitions int) *TopicReader {
+	return &TopicReader{client: c, topic: topic, next: make([]int64, partitions)}
+}
+
+// Poll fetches once from every partition and calls each for every new
+// record, with its value. It returns how many records it read; failed
+// fetches are skipped (the next Poll tries again) unless ctx is done.
+func (r *TopicReader) Poll(ctx context.Context, each func(rec kafka.Record, value []byte)) (int, error) {
+	got := 0
+	for p := range r.next {
+		res, err := r.client.Fetch(ctx, &kafka.FetchRequest{Topic: r.topic, Partition: p, Offset: r.next[p], MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 20 * time.Millisecond})
+		if ctx.Err() != nil {
+			return got, fmt.Errorf("reading %s: %w", r.topic, ctx.Err())
+		}
+		if err != nil || res.Error != nil {
+			continue
+		}
+		for {
+			rec, err := res.Records.ReadRecord()
+			if err != nil {
+				break
+			}
+			if rec.Offset < r.next[p] {
+				continue
+			}
+			v, _ := kafka.ReadAll(rec.Value)
+			each(*rec, v)
+			r.next[p] = rec.Offset + 1
+			got++
+		}
+	}
+	return got, nil
 }
 
 // DeadLetter is one record of the dead-letter topic.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/loadgen"
+	"github.com/joiner-dev/joiner/node"
 )
 
 // Config configures a demo run. Start from DefaultConfig, which
@@ -145,7 +146,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	say("%s at %s; topics %s, %s, %s, %s with %d partitions", where, strings.Join(b.Addrs, ","),
 		b.Topics.Market, b.Topics.Notifications, b.Topics.Alerts, b.Topics.DeadLetter, cfg.Partitions)
 
-	f := NewFleet(b, dir, WorkerOptions{Assignor: cfg.Assignor, Logger: cfg.Logger})
+	f := NewFleet(b, dir, node.Config{Assignor: cfg.Assignor, Logger: cfg.Logger})
 	defer f.StopAll()
 	names := make([]string, cfg.Workers)
 	for i := range names {

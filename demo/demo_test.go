@@ -15,6 +15,7 @@ import (
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
+	"github.com/joiner-dev/joiner/node"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -106,7 +107,7 @@ func newHarness(t *testing.T, partitions int) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := NewFleet(b, t.TempDir(), WorkerOptions{
+	f := NewFleet(b, t.TempDir(), node.Config{
 		SessionTimeout:    1500 * time.Millisecond,
 		HeartbeatInterval: 250 * time.Millisecond,
 		RebalanceTimeout:  5 * time.Second,

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/murmur2"
@@ -919,30 +920,10 @@ func newAlertReader(c *kafka.Client, topic string, partitions int) *alertReader 
 }
 
 func (a *alertReader) run(ctx context.Context) {
-	next := make([]int64, a.partitions)
+	r := demo.NewTopicReader(a.client, a.topic, a.partitions)
 	for ctx.Err() == nil {
-		got := 0
-		for p := range next {
-			res, err := a.client.Fetch(ctx, &kafka.FetchRequest{Topic: a.topic, Partition: p, Offset: next[p],
-				MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 20 * time.Millisecond})
-			if err != nil || res.Error != nil {
-				continue
-			}
-			for {
-				rec, err := res.Records.ReadRecord()
-				if err != nil {
-					break
-				}
-				if rec.Offset < next[p] {
-					continue
-				}
-				v, _ := kafka.ReadAll(rec.Value)
-				a.add(v)
-				next[p] = rec.Offset + 1
-				got++
-			}
-		}
-		if got == 0 {
+		n, _ := r.Poll(ctx, func(_ kafka.Record, v []byte) { a.add(v) })
+		if n == 0 {
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):

@@ -65,8 +65,8 @@ type Config struct {
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client
 
-	// Registerer receives the worker's metrics. Default: a new registry
-	// (see Worker.Gatherer).
+	// Registerer receives the worker's metrics. Default: a new registry,
+	// served by Handler(nil).
 	Registerer prometheus.Registerer
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
@@ -169,13 +169,6 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
 	return w, nil
 }
-
-// Gatherer returns the registry the worker's metrics live in, when the
-// worker made its own (Config.Registerer was nil).
-func (w *Worker) Gatherer() prometheus.Gatherer { return w.reg }
-
-// Metrics returns the worker's metrics.
-func (w *Worker) Metrics() *Metrics { return w.metrics }
 
 // Run runs the worker as a member of the group until ctx is done, then
 // stops every task and returns. It owns the membership loop, the committer
