@@ -2,10 +2,12 @@ package join
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -73,18 +75,28 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 	}()
 	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
 	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait), log)
-	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
-
-	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1}
+	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
+	lookupFailures := 0
 	for {
-		if err := w.gate.enter(ctx); err != nil {
+		if err := m.enterGate(ctx); err != nil {
 			return
 		}
 		err := m.pass(ctx)
 		w.gate.leave()
+		if errors.Is(err, errLookup) && ctx.Err() == nil {
+			// What was joined before the failure is written; the rest
+			// waits in the buffers.
+			log.Warn("cannot look prices up; retrying", "err", err)
+			if sleep(ctx, backoff(lookupFailures)) != nil {
+				return
+			}
+			lookupFailures++
+			continue
+		}
 		if err != nil {
 			return // ctx ended, or the store closed under us: the task is stopping
 		}
+		lookupFailures = 0
 
 		// Wait for more input, or decide that the side we wait for is at
 		// its end.
@@ -102,7 +114,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 			}
 			idle = w.cfg.MaxTaskIdle - time.Since(m.waitStart)
 			if idle <= 0 {
-				m.force = true
+				m.forceAfterDrain(mCh, nCh)
 				continue
 			}
 		}
@@ -125,26 +137,11 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		// other side does not restart it.
 		select {
 		case f := <-mIn:
-			m.mNext = f.next
-			if len(f.recs) > 0 {
-				if len(m.mbuf) == 0 {
-					m.progressed()
-				}
-				m.mbuf = append(m.mbuf, f.recs...)
-			}
+			m.takeMarket(f)
 		case f := <-nIn:
-			m.nNext = f.next
-			if len(f.recs) > 0 {
-				if len(m.nbuf) == 0 {
-					m.progressed()
-				}
-				m.nbuf = append(m.nbuf, f.recs...)
-			}
-			if f.hwm >= 0 {
-				lag.Set(float64(max(f.hwm-f.next, 0) + int64(len(m.nbuf))))
-			}
+			m.takeNotifications(f)
 		case <-timeout:
-			m.force = true
+			m.forceAfterDrain(mCh, nCh)
 		case <-ctx.Done():
 		}
 		if timer != nil {
@@ -163,6 +160,7 @@ type merger struct {
 
 	mbuf, nbuf   []record
 	mNext, nNext int64 // the readers' positions after their last fetch
+	lag          prometheus.Gauge
 
 	// The current wait: when it began, whether the other side's end was
 	// checked, and whether the buffered side may go ahead regardless.
@@ -173,6 +171,65 @@ type merger struct {
 
 func (m *merger) progressed() {
 	m.waitStart, m.checked = time.Time{}, false
+}
+
+// enterGate passes the rebalance gate. The time spent waiting at it does
+// not count as idle: a pause is not evidence that the other side has
+// nothing more.
+func (m *merger) enterGate(ctx context.Context) error {
+	began := time.Now()
+	if err := m.t.w.gate.enter(ctx); err != nil {
+		return err
+	}
+	if !m.waitStart.IsZero() {
+		m.waitStart = m.waitStart.Add(time.Since(began))
+	}
+	return nil
+}
+
+func (m *merger) takeMarket(f fetched) {
+	m.mNext = f.next
+	if len(f.recs) > 0 {
+		if len(m.mbuf) == 0 {
+			m.progressed()
+		}
+		m.mbuf = append(m.mbuf, f.recs...)
+	}
+}
+
+func (m *merger) takeNotifications(f fetched) {
+	m.nNext = f.next
+	if len(f.recs) > 0 {
+		if len(m.nbuf) == 0 {
+			m.progressed()
+		}
+		m.nbuf = append(m.nbuf, f.recs...)
+	}
+	if f.hwm >= 0 {
+		m.lag.Set(float64(max(f.hwm-f.next, 0) + int64(len(m.nbuf))))
+	}
+}
+
+// forceAfterDrain ends an idle wait: it first takes every batch already
+// fetched (without waiting for more), and forces the buffered side ahead
+// only if the side waited for is still empty. A batch that was fetched
+// while the merge loop was busy, or paused, is never overtaken.
+func (m *merger) forceAfterDrain(mCh, nCh <-chan fetched) {
+	for {
+		select {
+		case f := <-mCh:
+			m.takeMarket(f)
+			continue
+		case f := <-nCh:
+			m.takeNotifications(f)
+			continue
+		default:
+		}
+		break
+	}
+	if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
+		m.force = true
+	}
 }
 
 // otherSideAtEnd reports whether the side with nothing buffered has been
@@ -197,9 +254,10 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
-		alerts []Alert
-		dead   []deadLetter
-		acked  int64 = -1
+		alerts  []Alert
+		dead    []deadLetter
+		acked   int64 = -1
+		ackedTs int64 = -1
 	)
 	flush := func() error {
 		if acked < 0 {
@@ -208,18 +266,25 @@ func (m *merger) pass(ctx context.Context) error {
 		if err := t.flush(ctx, alerts, dead); err != nil {
 			return err
 		}
-		t.acked.Store(acked)
+		t.ack(acked, ackedTs)
 		alerts, dead, acked = alerts[:0], dead[:0], -1
 		return nil
 	}
 	join := func(recs []record) error {
 		good, bad := t.decode(recs)
 		a, err := t.joinAll(ctx, good)
+		if errors.Is(err, errLookup) {
+			if ferr := flush(); ferr != nil {
+				return ferr
+			}
+			return err
+		}
 		if err != nil {
 			return err
 		}
 		alerts, dead = append(alerts, a...), append(dead, bad...)
 		acked = recs[len(recs)-1].Offset + 1
+		ackedTs = max(ackedTs, maxTs(recs))
 		m.nbuf = m.nbuf[len(recs):]
 		if len(alerts) >= mergeFlushAlerts {
 			return flush()

@@ -63,6 +63,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	MaxTaskIdle       time.Duration
 	CommitInterval    time.Duration
+	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
+	HistoryRetention time.Duration
 
 	// Transport carries every Kafka request of the node. Default:
 	// kafka-go's default transport.
@@ -176,6 +178,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		DeadLetterTopic:    cfg.Topics.DeadLetter,
 		MaxTaskIdle:        cfg.MaxTaskIdle,
 		CommitInterval:     cfg.CommitInterval,
+		HistoryRetention:   cfg.HistoryRetention,
 		Registerer:         n.reg,
 		Logger:             cfg.Logger,
 	})
