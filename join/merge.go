@@ -50,10 +50,11 @@ func (w *Worker) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionR
 }
 
 // Bounds of the merge: how many records one side buffers before its reader
-// waits, and how many alerts a merge pass collects before writing them.
+// waits, and how many notifications are joined in one chunk, whose alerts
+// are written while the next chunk is joined.
 const (
 	mergeBufferRecords = 20000
-	mergeFlushAlerts   = 5000
+	mergeChunk         = 2000
 )
 
 // runMerged processes a task whose state is local: it reads market-p and
@@ -76,6 +77,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
 	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait), log)
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
+	m.out = t.startOutbox(fctx, &wg)
 	lookupFailures := 0
 	for {
 		if err := m.enterGate(ctx); err != nil {
@@ -161,6 +163,9 @@ type merger struct {
 	mbuf, nbuf   []record
 	mNext, nNext int64 // the readers' positions after their last fetch
 	lag          prometheus.Gauge
+	// out writes the alerts of joined chunks in order while the merge goes
+	// on; nil writes them synchronously (tests).
+	out chan<- chunk
 
 	// The current wait: when it began, whether the other side's end was
 	// checked, and whether the buffered side may go ahead regardless.
@@ -249,8 +254,10 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 }
 
 // pass consumes the buffers as far as the merge order allows: ticks are
-// applied to the store, notifications joined, and their alerts written
-// (and acknowledged) at the end of the pass or every mergeFlushAlerts.
+// applied to the store, notifications joined in chunks of at most
+// mergeChunk, and each chunk's alerts handed to the outbox, which writes
+// them while the next chunk is joined (without an outbox: written and
+// acknowledged before the pass goes on).
 func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
@@ -263,12 +270,25 @@ func (m *merger) pass(ctx context.Context) error {
 		if acked < 0 {
 			return nil
 		}
-		if err := t.flush(ctx, alerts, dead); err != nil {
-			return err
+		c := chunk{alerts: alerts, dead: dead, next: acked, ts: ackedTs}
+		alerts, dead, acked = nil, nil, -1
+		if m.out == nil {
+			if err := t.flush(ctx, c.alerts, c.dead); err != nil {
+				return err
+			}
+			t.ack(c.next, c.ts)
+			return nil
 		}
-		t.ack(acked, ackedTs)
-		alerts, dead, acked = alerts[:0], dead[:0], -1
-		return nil
+		// The chunk stays in flight for the rebalance gate until the
+		// outbox has it acknowledged.
+		t.w.gate.hold()
+		select {
+		case m.out <- c:
+			return nil
+		case <-ctx.Done():
+			t.w.gate.leave()
+			return ctx.Err()
+		}
 	}
 	join := func(recs []record) error {
 		good, bad := t.decode(recs)
@@ -286,10 +306,7 @@ func (m *merger) pass(ctx context.Context) error {
 		acked = recs[len(recs)-1].Offset + 1
 		ackedTs = max(ackedTs, maxTs(recs))
 		m.nbuf = m.nbuf[len(recs):]
-		if len(alerts) >= mergeFlushAlerts {
-			return flush()
-		}
-		return nil
+		return flush()
 	}
 	apply := func(recs []record) error {
 		if err := m.st.applyRetrying(ctx, recs, m.st.dlqFrom); err != nil {
@@ -307,25 +324,22 @@ func (m *merger) pass(ctx context.Context) error {
 				err = apply(m.mbuf[:k])
 			} else {
 				tick := m.mbuf[0].Time.UnixMilli()
-				err = join(m.nbuf[:prefix(m.nbuf, func(ts int64) bool { return ts < tick })])
+				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), mergeChunk)], func(ts int64) bool { return ts < tick })])
 			}
 		case len(m.nbuf) > 0 && m.force:
-			err = join(m.nbuf)
+			err = join(m.nbuf[:min(len(m.nbuf), mergeChunk)])
 		case len(m.mbuf) > 0 && m.force:
 			err = apply(m.mbuf)
 		default:
-			m.force = false
-			if len(m.mbuf) == 0 && len(m.nbuf) == 0 {
+			// Forced or not, the side that went ahead is drained.
+			if m.force || (len(m.mbuf) == 0 && len(m.nbuf) == 0) {
+				m.force = false
 				m.progressed()
 			}
 			return flush()
 		}
 		if err != nil {
 			return err
-		}
-		if m.force {
-			m.force = false
-			m.progressed()
 		}
 	}
 }
@@ -339,4 +353,58 @@ func prefix(recs []record, ok func(tsMs int64) bool) int {
 		}
 	}
 	return len(recs)
+}
+
+// chunk is the output of one joined chunk of notifications: its alerts and
+// dead letters, and the offset after its last notification with the
+// newest timestamp in it, acknowledged once they are written.
+type chunk struct {
+	alerts []Alert
+	dead   []deadLetter
+	next   int64
+	ts     int64
+}
+
+// outboxDepth is how many joined chunks may wait for the writer: the merge
+// joins ahead while the oldest is written, and blocks past that.
+const outboxDepth = 2
+
+// startOutbox starts the task's writer goroutine (owned by wg, stopped by
+// ctx): it writes the chunks in order, waits for each acknowledgement,
+// then advances the task's acknowledged offset and releases the chunk's
+// hold on the rebalance gate. Chunks not written when ctx ends are
+// dropped unacknowledged: they are read again by whoever processes the
+// task next.
+func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<- chunk {
+	ch := make(chan chunk, outboxDepth)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() {
+			for {
+				select {
+				case <-ch:
+					t.w.gate.leave()
+				default:
+					return
+				}
+			}
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case c := <-ch:
+				err := t.flush(ctx, c.alerts, c.dead)
+				if err == nil {
+					t.ack(c.next, c.ts)
+				}
+				t.w.gate.leave()
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return ch
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,5 +197,39 @@ func TestMergeForceTakesFetchedBatchesFirst(t *testing.T) {
 	a := readAlerts(t, client, 1)["n"]
 	if a.Price == nil || *a.Price != 7 || a.PriceTsMs != 1500 {
 		t.Errorf("joined %+v, want the tick at 1500 (price 7)", a)
+	}
+}
+
+// The outbox writes joined chunks while the merge goes on, and a rebalance
+// (closing the gate) waits until every chunk handed to it is acknowledged,
+// so the commit it makes covers them.
+func TestOutboxChunksHoldTheGate(t *testing.T) {
+	w, pt, client := newTestWorker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var nbuf []record
+	for i := range 2*mergeChunk + 10 {
+		nbuf = append(nbuf, recAt(int64(i), 1000+i, fmt.Sprintf(`{"id":"n%d","symbol":"BBCA"}`, i)))
+	}
+	m := merger{t: pt, st: pt.st, nbuf: nbuf, force: true, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	m.out = pt.startOutbox(ctx, &wg)
+	if err := w.gate.enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.gate.leave()
+	if !w.gate.close(ctx) {
+		t.Fatal("the gate did not drain")
+	}
+	if got, want := pt.acked.Load(), int64(len(nbuf)); got != want {
+		t.Errorf("gate closed with acked %d, want %d: a chunk was still being written", got, want)
+	}
+	if n := len(readAlerts(t, client, len(nbuf))); n != len(nbuf) {
+		t.Errorf("%d alerts written, want %d", n, len(nbuf))
 	}
 }
