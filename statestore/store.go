@@ -140,8 +140,8 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 		return fmt.Errorf("statestore: task %d: commit batch up to offset %d in %s: %w (the store is unchanged; check the disk)",
 			s.task, offset, s.dir, err)
 	}
-	s.applied.Store(offset)
-
+	// The cache is brought up to date before the new offset is published:
+	// whoever reads AppliedOffset and then looks up sees at least that.
 	s.cacheMu.Lock()
 	s.gen++
 	for _, t := range ticks {
@@ -150,6 +150,7 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 		}
 	}
 	s.cacheMu.Unlock()
+	s.applied.Store(offset)
 	return nil
 }
 
