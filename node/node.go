@@ -64,9 +64,21 @@ type Config struct {
 	MaxTaskIdle       time.Duration
 	CommitInterval    time.Duration
 
-	// Transport carries every Kafka request of the node. Default:
-	// kafka-go's default transport.
+	// Transport carries every Kafka request of the node: the group
+	// client, the fetchers, the writer and the admin calls. Give it the
+	// TLS and SASL settings (kafkasec). Default: kafka-go's default
+	// transport.
 	Transport kafka.RoundTripper
+
+	// PeerTokenFile holds a bearer token that every request to the HTTP
+	// API needs except /metrics, /healthz and /readyz, and that the node
+	// sends on its price lookups to other members. Default: no token.
+	PeerTokenFile string
+	// HTTPCertFile and HTTPKeyFile serve the HTTP API over TLS; the node
+	// then reaches other members over https, verifying their
+	// certificates against PeerCAFile (default: the system roots).
+	HTTPCertFile, HTTPKeyFile string
+	PeerCAFile                string
 
 	// ProcessMetrics adds the Go and process collectors to the registry.
 	// The demo turns it off since its nodes share one process.
@@ -87,6 +99,7 @@ type Node struct {
 	listener net.Listener
 	addr     string
 	reg      *prometheus.Registry
+	peer     *peerAuth
 }
 
 // New checks the topics, opens the stores and the HTTP listener, and
@@ -165,6 +178,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.ProcessMetrics {
 		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	if n.peer, err = newPeerAuth(cfg, n.reg); err != nil {
+		return nil, err
+	}
 	n.worker, err = join.NewWorker(join.Config{
 		Client:             n.client,
 		Writer:             n.writer,
@@ -176,6 +192,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		DeadLetterTopic:    cfg.Topics.DeadLetter,
 		MaxTaskIdle:        cfg.MaxTaskIdle,
 		CommitInterval:     cfg.CommitInterval,
+		HTTPClient:         n.peer.client(),
 		Registerer:         n.reg,
 		Logger:             cfg.Logger,
 	})
@@ -238,16 +255,21 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 // starts and waits for them.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
-	srv := &http.Server{Handler: n.worker.Handler(n.reg), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: n.peer.handler(n.worker.Handler(n.reg)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := srv.Serve(n.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if srv.TLSConfig != nil {
+			serve = func(l net.Listener) error { return srv.ServeTLS(l, "", "") }
+		}
+		if err := serve(n.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
-	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group)
+	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group,
+		"http_tls", srv.TLSConfig != nil, "peer_token", n.peer.token != nil)
 	err := n.worker.Run(ctx, n.member)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
