@@ -117,6 +117,10 @@ func (s *Security) Explain(err error, broker string) error {
 	case isRefused(err):
 		return fmt.Errorf("cannot connect to broker %s: %w (check --brokers and that the broker is up)", broker, err)
 	case isClosed(err):
+		if s.SASL != nil && s.saslRejected(broker) {
+			return fmt.Errorf("%w at broker %s: SASL %s as user %q was rejected (the broker closed the connection during authentication); check --sasl-username, --sasl-mechanism and the password in --sasl-password-file or %s",
+				ErrAuth, broker, s.mechanism, s.user, PasswordEnv)
+		}
 		if s.TLS == nil && speaksTLS(broker) {
 			return fmt.Errorf("%w: broker %s closed the connection and answers TLS on that port; joiner connected in plaintext: add --tls (and --tls-ca-file with its CA)", ErrPlaintextToTLS, broker)
 		}
@@ -181,4 +185,24 @@ func isAlert(err error) bool { return strings.Contains(err.Error(), remoteAlert)
 func alertText(err error) string {
 	s := err.Error()
 	return s[strings.Index(s, remoteAlert):]
+}
+
+// saslRejected reports whether broker accepts a connection with the TLS
+// settings alone but not with SASL: some brokers answer bad credentials
+// by closing the connection rather than with an error code.
+func (s *Security) saslRejected(broker string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d := s.Dialer()
+	if c, err := d.DialContext(ctx, "tcp", broker); err == nil {
+		_ = c.Close()
+		return false
+	}
+	d.SASLMechanism = nil
+	c, err := d.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
 }
