@@ -256,20 +256,21 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
 	srv := &http.Server{Handler: n.peer.handler(n.worker.Handler(n.reg)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
+	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
+	serve := srv.Serve
+	if httpTLS {
+		serve = func(l net.Listener) error { return srv.ServeTLS(l, "", "") }
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		serve := srv.Serve
-		if srv.TLSConfig != nil {
-			serve = func(l net.Listener) error { return srv.ServeTLS(l, "", "") }
-		}
 		if err := serve(n.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
 	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group,
-		"http_tls", srv.TLSConfig != nil, "peer_token", n.peer.token != nil)
+		"http_tls", httpTLS, "peer_token", n.peer.token != nil)
 	err := n.worker.Run(ctx, n.member)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
