@@ -241,12 +241,6 @@ func (s *Security) Dialer() *kafka.Dialer {
 	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: s.TLS, SASLMechanism: s.SASL}
 }
 
-// Apply sets the TLS and SASL settings on t, a Transport built elsewhere
-// (with its own Dial, say).
-func (s *Security) Apply(t *kafka.Transport) {
-	t.TLS, t.SASL = s.TLS, s.SASL
-}
-
 // Describe lists the settings for a log line; it never holds the password.
 func (s *Security) Describe() []any {
 	tlsMode := "off"
