@@ -155,7 +155,7 @@ func (c *Config) Build() (*Security, error) {
 		if c.CertFile != "" {
 			cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 			if err != nil {
-				return nil, fmt.Errorf("loading the client certificate (--tls-cert-file %s, --tls-key-file %s): %w", c.CertFile, c.KeyFile, errors.Unwrap(err))
+				return nil, fmt.Errorf("loading the client certificate (--tls-cert-file %s, --tls-key-file %s): %w", c.CertFile, c.KeyFile, err)
 			}
 			t.Certificates = []tls.Certificate{cert}
 			s.clientCert = true
@@ -180,8 +180,8 @@ func (c *Config) Build() (*Security, error) {
 		}
 		m, err := scram.Mechanism(algo, c.SASLUsername, password)
 		if err != nil {
-			// SASLprep rejected the user name or the password; say which
-			// without repeating either.
+			// SASLprep rejected the user name or the password: never
+			// repeat the password.
 			return nil, fmt.Errorf("SASL %s for user %q: the user name or the password has characters SCRAM does not allow", s.mechanism, c.SASLUsername)
 		}
 		s.SASL = m

@@ -131,7 +131,7 @@ func TestBuildTLSFiles(t *testing.T) {
 	if _, err := (&kafkasec.Config{CAFile: notPEM}).Build(); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("CA file without PEM: %v", err)
 	}
-	if _, err := (&kafkasec.Config{CertFile: certFile, KeyFile: ca.File}).Build(); err == nil || !strings.Contains(err.Error(), "--tls-key-file") {
+	if _, err := (&kafkasec.Config{CertFile: certFile, KeyFile: ca.File}).Build(); err == nil || !strings.Contains(err.Error(), "--tls-key-file") || strings.Contains(err.Error(), "%!") {
 		t.Errorf("mismatched key: %v", err)
 	}
 	plain, err := (&kafkasec.Config{}).Build()

@@ -60,7 +60,7 @@ func newPeerAuth(cfg Config, reg prometheus.Registerer) (*peerAuth, error) {
 	if cfg.HTTPCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.HTTPCertFile, cfg.HTTPKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("loading the HTTP certificate (--http-tls-cert-file %s, --http-tls-key-file %s): %w", cfg.HTTPCertFile, cfg.HTTPKeyFile, errors.Unwrap(err))
+			return nil, fmt.Errorf("loading the HTTP certificate (--http-tls-cert-file %s, --http-tls-key-file %s): %w", cfg.HTTPCertFile, cfg.HTTPKeyFile, err)
 		}
 		p.serverTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 		p.clientTLS = &tls.Config{MinVersion: tls.VersionTLS12}
