@@ -33,6 +33,9 @@ type Broker struct {
 	// Partitions of every topic.
 	Partitions int
 	Client     *kafka.Client
+	// Transport holds the TLS and SASL settings of an external cluster;
+	// nil for plaintext.
+	Transport *kafka.Transport
 }
 
 // StartBroker starts an embedded broker whose topics all have partitions
@@ -63,18 +66,22 @@ func StartBroker(partitions int) (*Broker, error) {
 
 // UseBrokers prepares a demo on an external cluster: it creates topics and
 // a group named for this run (joiner-demo-<unix time>-…), so a run never
-// sees another's records. Close deletes the topics.
-func UseBrokers(ctx context.Context, addrs []string, partitions, replication int) (*Broker, error) {
+// sees another's records. Close deletes the topics. tr, when not nil,
+// carries the cluster's TLS and SASL settings.
+func UseBrokers(ctx context.Context, addrs []string, partitions, replication int, tr *kafka.Transport) (*Broker, error) {
 	if partitions < 1 {
 		return nil, fmt.Errorf("partitions must be at least 1, got %d", partitions)
 	}
 	run := fmt.Sprintf("joiner-demo-%d", time.Now().UnixNano())
 	t := node.Topics{Market: run + "-market", Notifications: run + "-notifications", Alerts: run + "-alerts", DeadLetter: run + "-dead-letters"}
 	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 30 * time.Second}
+	if tr != nil {
+		client.Transport = tr
+	}
 	if err := node.EnsureTopics(ctx, client, t, partitions, max(replication, 1)); err != nil {
 		return nil, fmt.Errorf("creating the demo topics on %s: %w", strings.Join(addrs, ","), err)
 	}
-	return &Broker{Addrs: addrs, Topics: t, Group: run, Partitions: partitions, Client: client}, nil
+	return &Broker{Addrs: addrs, Topics: t, Group: run, Partitions: partitions, Client: client, Transport: tr}, nil
 }
 
 // Close stops the embedded broker, or deletes the topics created on an
@@ -158,7 +165,11 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 		cfg.CacheBytes = 8 << 20
 	}
 	cut := &cutter{conns: map[net.Conn]struct{}{}}
-	cfg.Transport = &kafka.Transport{Dial: cut.dial}
+	tr := &kafka.Transport{Dial: cut.dial}
+	if sec := f.Broker.Transport; sec != nil {
+		tr.TLS, tr.SASL = sec.TLS, sec.SASL
+	}
+	cfg.Transport = tr
 	cfg.Brokers, cfg.Group, cfg.Topics = f.Broker.Addrs, f.Broker.Group, f.Broker.Topics
 	cfg.InstanceID = instance
 	cfg.StateDirs = []string{filepath.Join(f.Dir, instance)}

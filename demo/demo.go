@@ -14,6 +14,7 @@ import (
 
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/segmentio/kafka-go"
 )
 
 // Config configures a demo run. Start from DefaultConfig, which
@@ -24,6 +25,9 @@ type Config struct {
 	// group named for the run) instead of an embedded broker.
 	Brokers           []string
 	ReplicationFactor int
+	// Transport carries the TLS and SASL settings for Brokers (kafkasec);
+	// every client, writer and worker of the run uses them.
+	Transport *kafka.Transport
 
 	Workers                int
 	Partitions             int
@@ -129,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	var err error
 	where := "embedded broker"
 	if len(cfg.Brokers) > 0 {
-		b, err = UseBrokers(ctx, cfg.Brokers, cfg.Partitions, cfg.ReplicationFactor)
+		b, err = UseBrokers(ctx, cfg.Brokers, cfg.Partitions, cfg.ReplicationFactor, cfg.Transport)
 		where = "cluster"
 	} else {
 		b, err = StartBroker(cfg.Partitions)
@@ -164,6 +168,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	began := time.Now()
 	sum, err := loadgen.Run(ctx, loadgen.Config{
 		Brokers:                b.Addrs,
+		Transport:              b.Transport,
 		MarketTopic:            b.Topics.Market,
 		NotificationsTopic:     b.Topics.Notifications,
 		Symbols:                cfg.Symbols,

@@ -26,6 +26,9 @@ type Config struct {
 	// Writer, when set, is used instead of one built from Brokers. Its
 	// Topic must be empty.
 	Writer *kafka.Writer
+	// Transport carries the requests of the writer built from Brokers,
+	// with its TLS and SASL settings (kafkasec). Default: kafka-go's.
+	Transport *kafka.Transport
 
 	// MarketTopic and NotificationsTopic. Default: market, notifications.
 	MarketTopic        string
@@ -110,6 +113,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			return Summary{}, errors.New("loadgen: no brokers given")
 		}
 		w = NewWriter(cfg.Brokers)
+		if cfg.Transport != nil {
+			w.Transport = cfg.Transport
+		}
 		defer w.Close()
 	}
 	syms := Symbols(cfg.Symbols)
