@@ -68,6 +68,10 @@ type Config struct {
 	// kafka-go's default transport.
 	Transport kafka.RoundTripper
 
+	// Pprof mounts net/http/pprof under /debug/pprof/ on the HTTP
+	// listener. Default: off.
+	Pprof bool
+
 	// ProcessMetrics adds the Go and process collectors to the registry.
 	// The demo turns it off since its nodes share one process.
 	ProcessMetrics bool
@@ -238,7 +242,7 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 // starts and waits for them.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
-	srv := &http.Server{Handler: n.worker.Handler(n.reg), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: withPprof(n.worker.Handler(n.reg), n.cfg.Pprof), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
