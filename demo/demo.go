@@ -161,6 +161,18 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	say("%d workers joined the group (generation %d, assignor %s)", cfg.Workers, gen, cfg.Assignor)
 
+	// Alerts are read (and, on the embedded broker, deleted once read)
+	// while the load generator runs, so that neither the broker nor this
+	// process holds a million of them.
+	want := cfg.Symbols * cfg.NotificationsPerSymbol
+	alerts := NewAlerts()
+	collectCtx, stopCollect := context.WithCancel(ctx)
+	defer stopCollect()
+	collected := make(chan error, 1)
+	go func() {
+		collected <- b.CollectAlertsInto(collectCtx, alerts, true, func(a *Alerts) bool { return a.Distinct() >= want })
+	}()
+
 	began := time.Now()
 	sum, err := loadgen.Run(ctx, loadgen.Config{
 		Brokers:                b.Addrs,
@@ -170,25 +182,68 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		TicksPerSymbol:         cfg.TicksPerSymbol,
 		NotificationsPerSymbol: cfg.NotificationsPerSymbol,
 		Progress:               cfg.Progress,
+		DropIDs:                true,
 	})
 	if err != nil {
+		stopCollect()
+		<-collected
 		return Report{}, err
 	}
-	want := sum.Notifications
-	alerts, err := b.CollectAlerts(ctx, func(a *Alerts) bool { return len(a.ByID) >= want })
+	// Until the last alert: a line at least once a second with the rate
+	// and the remaining count.
+	prog := newAlertProgress(cfg.Progress, want)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for err = nil; ; {
+		select {
+		case err = <-collected:
+		case <-tick.C:
+			prog.report(alerts.Distinct())
+			continue
+		}
+		break
+	}
+	if prog.lines > 0 {
+		prog.report(alerts.Distinct()) // the last one
+	}
 	if err != nil {
-		return Report{}, fmt.Errorf("waiting for %d alerts (have %d): %w", want, len(alerts.ByID), err)
+		return Report{}, fmt.Errorf("waiting for %d alerts (have %d): %w", want, alerts.Distinct(), err)
 	}
 	// An alert is counted right after Kafka acknowledges it: wait for the
 	// counters to catch up with what was read.
 	elapsed := time.Since(began)
 	rep := f.report(cfg, sum.Notifications, alerts.Records)
-	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(len(alerts.ByID)) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(alerts.Distinct()) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		rep = f.report(cfg, sum.Notifications, alerts.Records)
 	}
 	rep.Elapsed = elapsed
 	return rep, nil
+}
+
+// alertProgress prints how many notifications have their alert, the rate
+// and how many remain.
+type alertProgress struct {
+	lines     int
+	out       io.Writer
+	want      int
+	start     time.Time
+	last      time.Time
+	lastCount int
+}
+
+func newAlertProgress(out io.Writer, want int) *alertProgress {
+	now := time.Now()
+	return &alertProgress{out: out, want: want, start: now, last: now}
+}
+
+func (p *alertProgress) report(have int) {
+	now := time.Now()
+	rate := float64(have-p.lastCount) / max(now.Sub(p.last).Seconds(), 1e-9)
+	fmt.Fprintf(p.out, "demo: %d/%d notifications have their alert (%.1f%%), %.0f alerts/s, %d remaining, %s since the load generator finished\n",
+		have, p.want, 100*float64(have)/float64(max(p.want, 1)), rate, p.want-have, now.Sub(p.start).Round(100*time.Millisecond))
+	p.last, p.lastCount = now, have
+	p.lines++
 }
 
 func (r Report) total() int64 { return r.Joins.Local + r.Joins.Remote + r.Joins.Miss }
