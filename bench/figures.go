@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -122,7 +123,17 @@ func (b *bench) drainOnce(ctx context.Context, name string, round int, market, n
 		stopAll(ps)
 		return r, err
 	}
+	var profiled chan error
+	if name == "joiner-1w" && round == 1 && c.profileSeconds > 0 {
+		profiled = make(chan error, 1)
+		go func() { profiled <- b.saveProfile(ctx, c.profileSeconds) }()
+	}
 	err = b.waitRecords(ctx, output, c.partitions, n, 10*time.Minute)
+	if profiled != nil {
+		if perr := <-profiled; perr != nil {
+			say("drain: CPU profile: %v", perr)
+		}
+	}
 	r.CPU, r.MaxRSSKiB = stopAll(ps)
 	if err != nil {
 		return r, err
@@ -409,4 +420,29 @@ func (b *bench) demo(ctx context.Context) error {
 	say("demo: %d notifications in %.1fs, peak RSS %d MiB, longest silence on stderr %s: %s", r.Notifications, r.Seconds, r.MaxRSSKiB>>10, r.MaxGap.Round(time.Millisecond), r.Last)
 	b.res.demo = &r
 	return nil
+}
+
+// saveProfile saves a CPU profile of the first joiner worker, taken from
+// its /debug/pprof/profile, as <out>/<date>-<name>-joiner-1w.cpu.pprof.
+func (b *bench) saveProfile(ctx context.Context, seconds int) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", b.cfg.httpPort, seconds)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	if err := os.MkdirAll(b.cfg.outDir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(b.cfg.outDir, time.Now().UTC().Format("2006-01-02")+"-"+b.cfg.name+"-joiner-1w.cpu.pprof")
+	b.res.profile = path
+	return os.WriteFile(path, body, 0o644)
 }

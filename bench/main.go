@@ -47,6 +47,8 @@ type config struct {
 	demoNotifications int
 
 	httpPort int // first port for joiner's HTTP listeners
+
+	profileSeconds int // CPU profile of joiner-1w's first drain round
 }
 
 type bench struct {
@@ -85,6 +87,7 @@ func main() {
 	flag.IntVar(&cfg.restoreTicks, "restore-ticks", 1_000_000, "restore: ticks in the one market partition")
 	flag.IntVar(&cfg.restoreRounds, "restore-rounds", 3, "restore: interleaved rounds of joiner and the raw consume")
 	flag.IntVar(&cfg.demoNotifications, "demo-notifications", 1_000_000, "demo: notifications (1000 symbols × this/1000)")
+	flag.IntVar(&cfg.profileSeconds, "profile-seconds", 0, "save a CPU profile of this many seconds of joiner-1w's first drain round, from its --pprof endpoint, next to the results (0: none)")
 	flag.IntVar(&cfg.httpPort, "http-port", 39094, "first port of the joiner workers' HTTP listeners (two are used)")
 	flag.Parse()
 	if cfg.brokers == "" {
@@ -181,7 +184,7 @@ func (b *bench) stateDir(name string) string {
 // joinerArgs are the arguments of one `joiner run` worker.
 func (b *bench) joinerArgs(group, instance string, port int, market, notifications, alerts string) []string {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	return []string{b.cfg.joiner, "run",
+	return []string{b.cfg.joiner, "run", "--pprof",
 		"--brokers", b.cfg.brokers, "--group", group, "--instance-id", instance,
 		"--market-topic", market, "--notifications-topic", notifications, "--alerts-topic", alerts,
 		"--dead-letter-topic", b.prefix + "-dead-letters",

@@ -19,6 +19,7 @@ type results struct {
 	latency []latencyRound
 	restore []restoreRound
 	demo    *demoRun
+	profile string // CPU profile file, if taken
 }
 
 // environment describes the machine and the run.
@@ -57,7 +58,21 @@ func environment(c config) []string {
 		"broker: Apache Kafka " + c.brokerVersion + " at " + c.brokers + " (single node)",
 		"joiner commit: " + commit + ", " + runtime.Version(),
 		"java: " + java,
+		"load average at the start: " + loadavg() + " (other processes on this machine share its cores: compare ratios, not absolute rates)",
 	}
+}
+
+// loadavg is the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 var order = []string{"joiner-1w", "joiner-2w", "passthrough", "kstreams"}
@@ -186,6 +201,7 @@ func (r *results) write(c config) (string, error) {
 	for _, e := range r.env {
 		fmt.Fprintf(&b, "- %s\n", e)
 	}
+	fmt.Fprintf(&b, "- load average at the end: %s\n", loadavg())
 	fmt.Fprintf(&b, "\n## Summary\n\n```\n%s```\n", r.summary())
 	names, m := r.byContestant()
 	if len(names) > 0 {
@@ -253,6 +269,9 @@ func (r *results) write(c config) (string, error) {
 	if d := r.demo; d != nil {
 		fmt.Fprintf(&b, "\n## `joiner demo`\n\n`joiner demo --symbols 1000 --ticks-per-symbol 10 --notifications-per-symbol %d` (embedded broker, 4 workers, 6 partitions, all in one process): peak RSS %d MiB (rusage), %.1f s, CPU %s, longest time without a progress line on stderr %s, exit ok %v.\n\nLast line: `%s`\n",
 			d.Notifications/1000, d.MaxRSSKiB>>10, d.Seconds, d.CPU.Round(time.Millisecond), d.MaxGap.Round(time.Millisecond), d.Ok, d.Last)
+	}
+	if r.profile != "" {
+		fmt.Fprintf(&b, "\n## CPU profile\n\n`%s`: %d s of joiner-1w's first drain round, from `--pprof`. Read it with `go tool pprof -top bin/joiner %s`.\n", filepath.Base(r.profile), c.profileSeconds, r.profile)
 	}
 	path := filepath.Join(c.outDir, base+".md")
 	return path, os.WriteFile(path, b.Bytes(), 0o644)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,14 +72,46 @@ func TestCollectAlertsIntoTrims(t *testing.T) {
 }
 
 func TestAlertProgress(t *testing.T) {
-	var out bytes.Buffer
-	p := newAlertProgress(&out, 1000)
+	p := newAlertProgress(nil, 1000)
 	p.last = p.last.Add(-time.Second)
-	p.report(400)
-	line := out.String()
+	line := p.line(400)
 	for _, want := range []string{"400/1000", "40.0%", "600 remaining", "alerts/s"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("progress line %q lacks %q", line, want)
 		}
 	}
 }
+
+// TestHeartbeat: while a status is set, a line appears when nothing was
+// written for a second, and none while lines keep coming or without a
+// status.
+func TestHeartbeat(t *testing.T) {
+	var mu sync.Mutex
+	var out bytes.Buffer
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
+	hb := &heartbeat{out: w, last: time.Now()}
+	stop := hb.start()
+	n := 0
+	hb.setStatus(func() string { n++; return fmt.Sprintf("status %d", n) })
+	for range 15 { // 1.5s of lines every 100ms: no status line
+		fmt.Fprintln(hb, "loadgen: progress")
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2500 * time.Millisecond) // silent: about two status lines
+	hb.setStatus(nil)
+	time.Sleep(1200 * time.Millisecond) // no status: nothing
+	stop()
+	mu.Lock()
+	got := out.String()
+	mu.Unlock()
+	if c := strings.Count(got, "demo: status"); c < 1 || c > 3 {
+		t.Fatalf("%d status lines in %q; want 1 to 3, only in the silent 2.5s", c, got)
+	}
+	if i, j := strings.Index(got, "demo: status"), strings.LastIndex(got, "loadgen:"); i < j {
+		t.Fatalf("a status line came while lines kept coming: %q", got)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

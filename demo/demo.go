@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -123,7 +124,16 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.defaults()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	// Every progress line goes through hb, which adds a status line
+	// whenever nothing was written for a second.
+	hb := &heartbeat{out: cfg.Progress, last: time.Now()}
+	defer hb.start()()
+	cfg.Progress = hb
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "demo: "+format+"\n", args...) }
+	began := time.Now()
+	hb.setStatus(func() string {
+		return fmt.Sprintf("starting the broker and %d workers (%s)", cfg.Workers, time.Since(began).Round(time.Second))
+	})
 
 	var b *Broker
 	var err error
@@ -155,6 +165,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return Report{}, err
 		}
 	}
+	hb.setStatus(func() string {
+		return fmt.Sprintf("waiting for %d workers to form a stable group (%s)", cfg.Workers, time.Since(began).Round(time.Second))
+	})
 	gen, err := f.WaitStable(ctx, cfg.Timeout)
 	if err != nil {
 		return Report{}, err
@@ -173,7 +186,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		collected <- b.CollectAlertsInto(collectCtx, alerts, true, func(a *Alerts) bool { return a.Distinct() >= want })
 	}()
 
-	began := time.Now()
+	prog := newAlertProgress(cfg.Progress, want)
+	hb.setStatus(func() string { return prog.line(alerts.Distinct()) })
+	began = time.Now()
 	sum, err := loadgen.Run(ctx, loadgen.Config{
 		Brokers:                b.Addrs,
 		MarketTopic:            b.Topics.Market,
@@ -189,22 +204,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		<-collected
 		return Report{}, err
 	}
-	// Until the last alert: a line at least once a second with the rate
-	// and the remaining count.
-	prog := newAlertProgress(cfg.Progress, want)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for err = nil; ; {
-		select {
-		case err = <-collected:
-		case <-tick.C:
-			prog.report(alerts.Distinct())
-			continue
-		}
-		break
-	}
+	// Until the last alert, hb prints prog's line every second.
+	err = <-collected
+	hb.setStatus(nil)
 	if prog.lines > 0 {
-		prog.report(alerts.Distinct()) // the last one
+		say("%s", prog.line(alerts.Distinct())) // the last one
 	}
 	if err != nil {
 		return Report{}, fmt.Errorf("waiting for %d alerts (have %d): %w", want, alerts.Distinct(), err)
@@ -221,29 +225,78 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-// alertProgress prints how many notifications have their alert, the rate
-// and how many remain.
+// alertProgress describes how many notifications have their alert, the
+// rate since its previous line and how many remain.
 type alertProgress struct {
 	lines     int
-	out       io.Writer
 	want      int
 	start     time.Time
 	last      time.Time
 	lastCount int
 }
 
-func newAlertProgress(out io.Writer, want int) *alertProgress {
+func newAlertProgress(_ io.Writer, want int) *alertProgress {
 	now := time.Now()
-	return &alertProgress{out: out, want: want, start: now, last: now}
+	return &alertProgress{want: want, start: now, last: now}
 }
 
-func (p *alertProgress) report(have int) {
+// line returns the progress line for have alerts (with its newline).
+func (p *alertProgress) line(have int) string {
 	now := time.Now()
 	rate := float64(have-p.lastCount) / max(now.Sub(p.last).Seconds(), 1e-9)
-	fmt.Fprintf(p.out, "demo: %d/%d notifications have their alert (%.1f%%), %.0f alerts/s, %d remaining, %s since the load generator finished\n",
-		have, p.want, 100*float64(have)/float64(max(p.want, 1)), rate, p.want-have, now.Sub(p.start).Round(100*time.Millisecond))
 	p.last, p.lastCount = now, have
 	p.lines++
+	return fmt.Sprintf("%d/%d notifications have their alert (%.1f%%), %.0f alerts/s, %d remaining, %s since the load began",
+		have, p.want, 100*float64(have)/float64(max(p.want, 1)), rate, p.want-have, now.Sub(p.start).Round(100*time.Millisecond))
+}
+
+// heartbeat is the demo's progress writer: it passes lines through and,
+// while a status is set, writes "demo: <status>" whenever nothing was
+// written for a second.
+type heartbeat struct {
+	mu     sync.Mutex
+	out    io.Writer
+	last   time.Time
+	status func() string
+}
+
+func (h *heartbeat) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.last = time.Now()
+	return h.out.Write(p)
+}
+
+func (h *heartbeat) setStatus(f func() string) {
+	h.mu.Lock()
+	h.status = f
+	h.mu.Unlock()
+}
+
+// start runs the heartbeat; the returned func stops it and waits for it.
+func (h *heartbeat) start() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			h.mu.Lock()
+			if h.status != nil && time.Since(h.last) >= 900*time.Millisecond {
+				fmt.Fprintf(h.out, "demo: %s\n", h.status())
+				h.last = time.Now()
+			}
+			h.mu.Unlock()
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 func (r Report) total() int64 { return r.Joins.Local + r.Joins.Remote + r.Joins.Miss }
