@@ -280,7 +280,7 @@ func (h *heartbeat) start() (stop func()) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(100 * time.Millisecond)
+		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
@@ -289,7 +289,7 @@ func (h *heartbeat) start() (stop func()) {
 			case <-t.C:
 			}
 			h.mu.Lock()
-			if h.status != nil && time.Since(h.last) >= 900*time.Millisecond {
+			if h.status != nil && time.Since(h.last) >= 750*time.Millisecond {
 				fmt.Fprintf(h.out, "demo: %s\n", h.status())
 				h.last = time.Now()
 			}
