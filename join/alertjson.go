@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/segmentio/kafka-go"
 )
 
 // AppendAlert appends the JSON of a to dst and returns the extended slice:
@@ -122,4 +124,25 @@ func appendJSONString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// appendAlertMessages appends one alerts-topic message per alert to msgs:
+// key the symbol, value AppendAlert's JSON. Every key and value is carved
+// from one buffer sized for the batch (one allocation per batch, not two
+// per alert); each is capped, so no two share spare capacity.
+func appendAlertMessages(msgs []kafka.Message, topic string, alerts []Alert) []kafka.Message {
+	size := 0
+	for i := range alerts {
+		size += 2*len(alerts[i].Symbol) + len(alerts[i].ID) + len(alerts[i].User) + len(alerts[i].Text) + len(alerts[i].Worker) + 160
+	}
+	buf := make([]byte, 0, size)
+	for i := range alerts {
+		a := &alerts[i]
+		k := len(buf)
+		buf = append(buf, a.Symbol...)
+		v := len(buf)
+		buf = AppendAlert(buf, a)
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: buf[k:v:v], Value: buf[v:len(buf):len(buf)]})
+	}
+	return msgs
 }

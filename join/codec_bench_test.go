@@ -3,6 +3,8 @@ package join
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/segmentio/kafka-go"
 )
 
 // Benchmarks of the per-record codec work (go test -run x -bench . -benchmem
@@ -81,5 +83,34 @@ func BenchmarkEncodeAlert(b *testing.B) {
 			n = len(out)
 		}
 		b.SetBytes(int64(n))
+	})
+}
+
+// BenchmarkAlertMessages: building the messages of a batch of 5,000 alerts
+// (mergeFlushAlerts), as writeOut does today (a key copy and json.Marshal
+// per alert) and with appendAlertMessages (one buffer per batch). One op is
+// one alert.
+func BenchmarkAlertMessages(b *testing.B) {
+	alerts := make([]Alert, 5000)
+	for i := range alerts {
+		alerts[i] = benchAlert
+	}
+	b.Run("appendAlertMessages", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = appendAlertMessages(make([]kafka.Message, 0, len(alerts)), "alerts", alerts)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(alerts)), "ns/alert")
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			msgs := make([]kafka.Message, 0, len(alerts))
+			for i := range alerts {
+				a := &alerts[i]
+				msgs = append(msgs, kafka.Message{Topic: "alerts", Key: []byte(a.Symbol), Value: mustJSON(a)})
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(alerts)), "ns/alert")
 	})
 }
