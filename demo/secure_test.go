@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/oracle"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
@@ -95,12 +97,23 @@ func TestSecureFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alerts, err := b.CollectAlerts(ctx, func(a *Alerts) bool { return len(a.ByID) >= sum.Notifications })
-	if err != nil {
-		t.Fatal(err)
+	last := map[string]join.Alert{}
+	r := oracle.NewAlertReader(b.Client, b.Topics.Alerts, b.Partitions)
+	for len(last) < sum.Notifications && ctx.Err() == nil {
+		if err := r.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range r.Values() {
+			var a join.Alert
+			if err := json.Unmarshal(v, &a); err != nil {
+				t.Fatalf("alert %q: %v", v, err)
+			}
+			last[a.ID] = a
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	for _, id := range sum.NotificationIDs {
-		a, ok := alerts.Last[id]
+		a, ok := last[id]
 		switch {
 		case !ok:
 			t.Errorf("no alert for %s", id)

@@ -49,6 +49,9 @@ type Config struct {
 	// RunID is put in notification ids so several runs on the same topics
 	// stay distinct. Default: none.
 	RunID string
+	// DropIDs leaves Summary.NotificationIDs empty, for runs too large to
+	// keep every id (the demo counts alerts instead).
+	DropIDs bool
 
 	// Progress receives a line at least once a second and a summary.
 	// Default: io.Discard.
@@ -63,7 +66,8 @@ type Summary struct {
 	Elapsed       time.Duration
 	// LastPrice is the last price produced for each symbol.
 	LastPrice map[string]float64
-	// NotificationIDs are the ids of the well-formed notifications.
+	// NotificationIDs are the ids of the well-formed notifications (none
+	// with Config.DropIDs).
 	NotificationIDs []string
 }
 
@@ -151,7 +155,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 				return sum, err
 			}
 			sum.Notifications++
-			sum.NotificationIDs = append(sum.NotificationIDs, id)
+			if !cfg.DropIDs {
+				sum.NotificationIDs = append(sum.NotificationIDs, id)
+			}
 		}
 	}
 	bad := []string{`{"id":"bad","symbol":`, `{"id":"bad"}`, `{"id":"bad","symbol":42}`, `not json`}

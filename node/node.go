@@ -81,6 +81,9 @@ type Config struct {
 	// certificates against PeerCAFile (default: the system roots).
 	HTTPCertFile, HTTPKeyFile string
 	PeerCAFile                string
+	// Pprof mounts net/http/pprof under /debug/pprof/ on the HTTP
+	// listener. Default: off.
+	Pprof bool
 
 	// ProcessMetrics adds the Go and process collectors to the registry.
 	// The demo turns it off since its nodes share one process.
@@ -258,7 +261,7 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 // starts and waits for them.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
-	srv := &http.Server{Handler: n.peer.handler(n.worker.Handler(n.reg)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
+	srv := &http.Server{Handler: n.peer.handler(withPprof(n.worker.Handler(n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
 	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
 	serve := srv.Serve
 	if httpTLS {

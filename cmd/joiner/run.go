@@ -50,6 +50,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.StringVar(&cfg.HTTPCertFile, "http-tls-cert-file", "", "PEM certificate to serve the HTTP listener over TLS; other workers are then reached over https")
 	fs.StringVar(&cfg.HTTPKeyFile, "http-tls-key-file", "", "PEM private key of --http-tls-cert-file")
 	fs.StringVar(&httpCAFile, "http-tls-ca-file", "", "PEM CA bundle that signs the workers' HTTP certificates (default --tls-ca-file, else the system roots)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the --http-addr listener")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLvl, "log-level", "info", "log level: debug, info, warn or error")
 	if status, ok := parseFlags(fs, args, true); !ok {
