@@ -56,6 +56,11 @@ type Config struct {
 	CreateTopics      bool
 	Partitions        int
 	ReplicationFactor int
+	// PartitionsExplicit says Partitions was given by the user: then
+	// CreateTopics refuses to create a topic whose co-partitioned pair
+	// exists with another count (ErrPartitionsConflict) instead of
+	// following the pair's count with a WARN.
+	PartitionsExplicit bool
 
 	Assignor          string
 	SessionTimeout    time.Duration
@@ -124,7 +129,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}()
 	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
 	if cfg.CreateTopics {
-		if err := EnsureTopics(ctx, n.client, cfg.Topics, cfg.Partitions, max(cfg.ReplicationFactor, 1)); err != nil {
+		if err := ensureTopics(ctx, n.client, cfg.Topics, cfg.Partitions, max(cfg.ReplicationFactor, 1), cfg.PartitionsExplicit, n.log); err != nil {
 			return nil, err
 		}
 	}

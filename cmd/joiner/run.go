@@ -57,6 +57,11 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	}
 	cfg.Brokers = splitList(brokers)
 	cfg.StateDirs = splitList(stateDirs)
+	if err := validateRun(fs, &cfg); err != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 2
+	}
+	cfg.PartitionsExplicit = flagGiven(fs, "partitions")
 	cfg.ProcessMetrics = true
 	cfg.Logger = log
 

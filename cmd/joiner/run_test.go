@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// Every wrong flag or env value of `joiner run` is a usage error: exit 2,
+// one line naming the flag, before anything connects to Kafka (the broker
+// address below has nothing listening; a run that got that far would exit
+// 1, not 2).
+func TestRunUsageErrors(t *testing.T) {
+	base := []string{"--brokers", "127.0.0.1:1", "--http-addr", "127.0.0.1:0"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"empty group", []string{"--group", ""}, nil, "--group"},
+		{"blank group", []string{"--group", "  "}, nil, "--group"},
+		{"empty group from env", nil, map[string]string{"JOINER_GROUP": ""}, "JOINER_GROUP"},
+		{"empty instance id", []string{"--instance-id", ""}, nil, "--instance-id"},
+		{"empty instance id from env", nil, map[string]string{"JOINER_INSTANCE_ID": ""}, "--instance-id"},
+		{"empty market topic", []string{"--market-topic", ""}, nil, "--market-topic"},
+		{"empty notifications topic", []string{"--notifications-topic", ""}, nil, "--notifications-topic"},
+		{"empty alerts topic", []string{"--alerts-topic", ""}, nil, "--alerts-topic"},
+		{"empty dead-letter topic", []string{"--dead-letter-topic", ""}, nil, "--dead-letter-topic"},
+		{"same input topics", []string{"--market-topic", "x", "--notifications-topic", "x"}, nil, "must differ"},
+		{"empty brokers", []string{"--brokers", ""}, nil, "--brokers"},
+		{"only commas in brokers", []string{"--brokers", " , "}, nil, "--brokers"},
+		{"empty state dir", []string{"--state-dir", ""}, nil, "--state-dir"},
+		{"unknown placement", []string{"--state-placement", "random"}, nil, "--state-placement"},
+		{"unknown assignor", []string{"--assignor", "sticky"}, nil, "--assignor"},
+		{"unknown assignor from env", nil, map[string]string{"JOINER_ASSIGNOR": "sticky"}, "JOINER_ASSIGNOR"},
+		{"negative cache", []string{"--cache-bytes", "-1"}, nil, "--cache-bytes"},
+		{"zero partitions", []string{"--partitions", "0"}, nil, "--partitions"},
+		{"zero replication", []string{"--replication-factor", "0"}, nil, "--replication-factor"},
+		{"zero session timeout", []string{"--session-timeout", "0s"}, nil, "--session-timeout"},
+		{"negative rebalance timeout", []string{"--rebalance-timeout", "-1s"}, nil, "--rebalance-timeout"},
+		{"zero heartbeat", []string{"--heartbeat-interval", "0s"}, nil, "--heartbeat-interval"},
+		{"heartbeat too long", []string{"--heartbeat-interval", "5s", "--session-timeout", "10s"}, nil, "a third"},
+		{"zero max task idle", []string{"--max-task-idle", "0s"}, nil, "--max-task-idle"},
+		{"zero commit interval", []string{"--commit-interval", "0s"}, nil, "--commit-interval"},
+		{"bad duration from env", nil, map[string]string{"JOINER_COMMIT_INTERVAL": "soon"}, "JOINER_COMMIT_INTERVAL"},
+		{"bad log level", []string{"--log-level", "loud"}, nil, "--log-level"},
+		{"extra argument", []string{"now"}, nil, "unexpected argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var stdout, stderr bytes.Buffer
+			code := dispatch(append(append([]string{"run"}, base...), tc.args...), nil, &stdout, &stderr)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not name %q", stderr.String(), tc.want)
+			}
+			if n := strings.Count(strings.TrimSpace(stderr.String()), "\n"); n > 0 {
+				t.Errorf("stderr has %d lines, want one:\n%s", n+1, stderr.String())
+			}
+		})
+	}
+}
