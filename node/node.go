@@ -62,6 +62,11 @@ type Config struct {
 	// following the pair's count with a WARN.
 	PartitionsExplicit bool
 
+	// StartupTimeout bounds how long New retries unreachable brokers
+	// (capped, jittered backoff) before it fails. Default:
+	// DefaultStartupTimeout.
+	StartupTimeout time.Duration
+
 	Assignor          string
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
@@ -128,12 +133,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
-	if cfg.CreateTopics {
-		if err := ensureTopics(ctx, n.client, cfg.Topics, cfg.Partitions, max(cfg.ReplicationFactor, 1), cfg.PartitionsExplicit, n.log); err != nil {
-			return nil, err
-		}
-	}
-	parts, err := CheckCopartitioned(ctx, n.client, cfg.Topics)
+	parts, err := n.bootstrap(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -149,9 +149,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.listener, err = net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w (set --http-addr)", cfg.HTTPAddr, err)
+	if n.listener == nil { // bootstrap opens it when it has to wait
+		n.listener, err = net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w (set --http-addr)", cfg.HTTPAddr, err)
+		}
 	}
 	n.addr = cfg.AdvertiseAddr
 	if n.addr == "" {

@@ -41,6 +41,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "longest a notification waits for the market to be read past its timestamp")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
+	fs.DurationVar(&cfg.StartupTimeout, "startup-timeout", node.DefaultStartupTimeout, "how long to retry unreachable brokers at start before exiting 1")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLvl, "log-level", "info", "log level: debug, info, warn or error")
 	if status, ok := parseFlags(fs, args, true); !ok {
@@ -68,6 +69,10 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	n, err := node.New(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 0 // stopped by a signal while starting
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "joiner run: %v\n", err)
 		return 1

@@ -11,7 +11,7 @@ import (
 // address below has nothing listening; a run that got that far would exit
 // 1, not 2).
 func TestRunUsageErrors(t *testing.T) {
-	base := []string{"--brokers", "127.0.0.1:1", "--http-addr", "127.0.0.1:0"}
+	base := []string{"--brokers", "127.0.0.1:1", "--http-addr", "127.0.0.1:0", "--startup-timeout", "1s"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -44,6 +44,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"zero max task idle", []string{"--max-task-idle", "0s"}, nil, "--max-task-idle"},
 		{"zero commit interval", []string{"--commit-interval", "0s"}, nil, "--commit-interval"},
 		{"bad duration from env", nil, map[string]string{"JOINER_COMMIT_INTERVAL": "soon"}, "JOINER_COMMIT_INTERVAL"},
+		{"zero startup timeout", []string{"--startup-timeout", "0s"}, nil, "--startup-timeout"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "--log-level"},
 		{"extra argument", []string{"now"}, nil, "unexpected argument"},
 	} {

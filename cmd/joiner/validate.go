@@ -124,6 +124,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	}
 	c.positiveDuration("max-task-idle", cfg.MaxTaskIdle)
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
+	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
 	return c.err()
 }
 
