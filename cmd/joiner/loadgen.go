@@ -27,6 +27,7 @@ func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.IntVar(&cfg.Malformed, "malformed", 0, "malformed notifications to add (they go to the dead-letter topic)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "records per second; 0 is as fast as possible")
 	fs.StringVar(&cfg.RunID, "run-id", "", "tag in notification ids, to keep several runs apart")
+	fs.DurationVar(&cfg.RetryTimeout, "retry-timeout", loadgen.DefaultRetryTimeout, "how long failed writes are retried without progress before giving up")
 	if status, ok := parseFlags(fs, args, true); !ok {
 		return status
 	}
@@ -36,6 +37,10 @@ func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
 	}
 	if cfg.Symbols < 1 || cfg.TicksPerSymbol < 0 || cfg.NotificationsPerSymbol < 0 || cfg.Malformed < 0 || cfg.Rate < 0 {
 		fmt.Fprintln(stderr, "joiner loadgen: --symbols must be at least 1; counts and --rate must not be negative")
+		return 2
+	}
+	if err := validateLoadgen(fs, &cfg, splitList(brokers)); err != nil {
+		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
 		return 2
 	}
 	cfg.Brokers = splitList(brokers)

@@ -66,3 +66,17 @@ func TestRunUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadgenUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--retry-timeout", "0s"},
+		{"--brokers", ""},
+		{"--market-topic", ""},
+		{"--symbols", "0"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := dispatch(append([]string{"loadgen", "--brokers", "127.0.0.1:1"}, args...), nil, &stdout, &stderr); code != 2 {
+			t.Errorf("loadgen %q: exit %d, want 2; stderr: %s", args, code, stderr.String())
+		}
+	}
+}

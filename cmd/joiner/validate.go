@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/statestore"
 )
@@ -138,4 +139,14 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 		}
 	})
 	return given
+}
+
+// validateLoadgen checks `joiner loadgen`'s flags besides the counts.
+func validateLoadgen(fs *flag.FlagSet, cfg *loadgen.Config, brokers []string) error {
+	c := newChecks(fs)
+	c.list("brokers", brokers)
+	c.nonEmpty("market-topic", cfg.MarketTopic)
+	c.nonEmpty("notifications-topic", cfg.NotificationsTopic)
+	c.positiveDuration("retry-timeout", cfg.RetryTimeout)
+	return c.err()
 }
