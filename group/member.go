@@ -50,6 +50,9 @@ type Member struct {
 	// metadataEvery is how often the planning leader compares partition
 	// counts with its plan (metadataCheckEvery; tests shorten it).
 	metadataEvery time.Duration
+	// unpaired is the unpaired partition count of this member's latest plan
+	// as leader (checks.go).
+	unpaired atomic.Int64
 
 	// Test hooks.
 	encodeSub func(subscription) ([]byte, error) // encoder of this member's subscription user data
@@ -360,8 +363,8 @@ func (m *Member) checkMetadata(ctx context.Context, a Assignment) error {
 		m.log.Warn("group: metadata check failed", "err", err)
 		return nil
 	}
-	p, planErr := checkCounts(m.cfg.Topics, counts)
-	changed := a.Error == "" && (planErr != nil || p != a.Partitions) || // planned, now different
+	p, unpaired, planErr := pairCounts(m.cfg.Topics, counts)
+	changed := a.Error == "" && (planErr != nil || p != a.Partitions || unpaired != a.Unpaired) || // planned, now different
 		a.Error != "" && planErr == nil // could not plan, now fixed
 	if changed {
 		m.log.Info("group: topic partition counts changed, rejoining to replan",
@@ -482,6 +485,9 @@ func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error)
 		return Assignment{}, fmt.Errorf("group %q: sync generation %d: %w", m.cfg.GroupID, jresp.GenerationID, sresp.Error)
 	}
 	a := m.decodeOwn(int32(jresp.GenerationID), jresp.MemberID, sresp.Assignment)
+	if a.Leader {
+		a.Unpaired = int(m.unpaired.Load())
+	}
 	tasks := a.Topics[m.cfg.Topics[0]]
 	if a.Error != "" {
 		m.log.Error("group: the leader could not plan; this member has no tasks",
@@ -550,6 +556,7 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 	for _, w := range out.Warnings {
 		m.log.Warn("group: leader: " + w)
 	}
+	m.reportChecks(out, counts, int(jresp.GenerationID))
 	if out.Err != nil {
 		m.log.Error("group: leader cannot plan; every member gets no tasks",
 			"generation", jresp.GenerationID, "err", out.Err, "counts", counts)

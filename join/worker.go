@@ -64,6 +64,9 @@ type Config struct {
 	RemoteTimeout time.Duration
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client
+	// StartOffset is where a notifications partition with no committed
+	// offset starts: StartEarliest (the default) or StartLatest.
+	StartOffset string
 
 	// Registerer receives the worker's metrics. Default: a new registry,
 	// served by Handler(nil).
@@ -125,6 +128,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	case cfg.InstanceID == "":
 		return nil, errors.New("join: Config.InstanceID is required")
 	}
+	if err := validStartOffset(cfg.StartOffset); err != nil {
+		return nil, err
+	}
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
@@ -166,6 +172,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		reg = w.reg
 	}
 	w.metrics = NewMetrics(reg)
+	w.registerFaultMetrics(reg)
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
 	return w, nil
 }
@@ -465,6 +472,9 @@ func (w *Worker) Ready() (bool, string) {
 	if !w.assigned {
 		return false, "no assignment yet"
 	}
+	if why := w.faultsLocked(); why != "" {
+		return false, why
+	}
 	var waiting []int
 	for p, st := range w.states {
 		if !st.isRestored() {
@@ -523,10 +533,10 @@ func (w *Worker) committedOffset(ctx context.Context, topic string, p int) (int6
 	for attempt := 0; ; attempt++ {
 		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
 		if err == nil {
-			if o, ok := offs[p]; ok {
+			if o, ok := offs[p]; ok && o >= 0 {
 				return o, nil
 			}
-			return -1, nil
+			return w.uncommittedStart(ctx, topic, p)
 		}
 		if ctx.Err() != nil {
 			return 0, ctx.Err()

@@ -66,6 +66,9 @@ type Config struct {
 	// (capped, jittered backoff) before it fails. Default:
 	// DefaultStartupTimeout.
 	StartupTimeout time.Duration
+	// StartOffset is where notifications partitions with no committed
+	// offset start: "earliest" (default) or "latest".
+	StartOffset string
 
 	Assignor          string
 	SessionTimeout    time.Duration
@@ -138,6 +141,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.log.Info("topics are co-partitioned", "market", cfg.Topics.Market, "notifications", cfg.Topics.Notifications, "partitions", parts)
+	n.logReplay(ctx, parts)
 
 	n.stores, err = statestore.Open(statestore.Options{
 		Dirs:       cfg.StateDirs,
@@ -183,6 +187,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		DeadLetterTopic:    cfg.Topics.DeadLetter,
 		MaxTaskIdle:        cfg.MaxTaskIdle,
 		CommitInterval:     cfg.CommitInterval,
+		StartOffset:        cfg.StartOffset,
 		Registerer:         n.reg,
 		Logger:             cfg.Logger,
 	})

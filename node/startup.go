@@ -173,3 +173,58 @@ func (w *waitServer) stop() {
 type pausedListener struct{ *net.TCPListener }
 
 func (l *pausedListener) Close() error { return l.SetDeadline(time.Unix(1, 0)) }
+
+// logReplay says, in one line, where the group starts on the notifications
+// partitions that have no committed offset (a new or mistyped group), and
+// how many records that replays (--start-offset earliest) or skips
+// (latest). It only reads; a failure is a WARN.
+func (n *Node) logReplay(ctx context.Context, partitions int) {
+	topic := n.cfg.Topics.Notifications
+	ps := make([]int, partitions)
+	for p := range ps {
+		ps[p] = p
+	}
+	committed, err := n.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: n.cfg.Group, Topics: map[string][]int{topic: ps}})
+	if err == nil && committed.Error != nil && !errors.Is(committed.Error, kafka.GroupIdNotFound) {
+		err = committed.Error
+	}
+	if err != nil {
+		n.log.Warn("cannot read the group's committed offsets to say what a start replays", "group", n.cfg.Group, "topic", topic, "err", err)
+		return
+	}
+	has := map[int]bool{}
+	for _, p := range committed.Topics[topic] {
+		if p.Error == nil && p.CommittedOffset >= 0 {
+			has[p.Partition] = true
+		}
+	}
+	var req []kafka.OffsetRequest
+	for _, p := range ps {
+		if !has[p] {
+			req = append(req, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
+		}
+	}
+	if len(req) == 0 {
+		n.log.Info("the group has committed offsets on every notifications partition; it resumes from them", "group", n.cfg.Group, "topic", topic)
+		return
+	}
+	offs, err := n.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}})
+	if err != nil {
+		n.log.Warn("cannot read the notifications offsets to say what a start replays", "topic", topic, "err", err)
+		return
+	}
+	var records int64
+	for _, p := range offs.Topics[topic] {
+		if p.Error == nil && p.LastOffset >= p.FirstOffset && p.FirstOffset >= 0 {
+			records += p.LastOffset - p.FirstOffset
+		}
+	}
+	uncommitted := partitions - len(has)
+	if n.cfg.StartOffset == "latest" {
+		n.log.Warn("no committed offset: starting at the end of the notifications (--start-offset latest); the records already there get no alert",
+			"group", n.cfg.Group, "topic", topic, "partitions_without_offset", uncommitted, "of", partitions, "records_skipped", records)
+		return
+	}
+	n.log.Warn("no committed offset: replaying the notifications from the earliest offset (--start-offset earliest); each gets an alert",
+		"group", n.cfg.Group, "topic", topic, "partitions_without_offset", uncommitted, "of", partitions, "records_to_replay", records)
+}

@@ -45,6 +45,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"zero commit interval", []string{"--commit-interval", "0s"}, nil, "--commit-interval"},
 		{"bad duration from env", nil, map[string]string{"JOINER_COMMIT_INTERVAL": "soon"}, "JOINER_COMMIT_INTERVAL"},
 		{"zero startup timeout", []string{"--startup-timeout", "0s"}, nil, "--startup-timeout"},
+		{"unknown start offset", []string{"--start-offset", "beginning"}, nil, "--start-offset"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "--log-level"},
 		{"extra argument", []string{"now"}, nil, "unexpected argument"},
 	} {

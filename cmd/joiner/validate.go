@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/statestore"
@@ -126,6 +127,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.positiveDuration("max-task-idle", cfg.MaxTaskIdle)
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
+	c.oneOf("start-offset", cfg.StartOffset, join.StartEarliest, join.StartLatest)
 	return c.err()
 }
 
