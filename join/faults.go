@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,6 +14,7 @@ import (
 
 // registerFaultMetrics adds the gauges read from the current assignment.
 func (w *Worker) registerFaultMetrics(reg prometheus.Registerer) {
+	reg.MustRegister(storeCollector{w.cfg.Stores})
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "joiner_group_excluded",
@@ -59,4 +61,29 @@ func (w *Worker) currentAssignment() group.Assignment {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return w.assignment
+}
+
+// storeCollector exports the Manager's own counts: rebuilds by reason and
+// the moved-aside stores kept.
+type storeCollector struct{ m *statestore.Manager }
+
+var (
+	rebuildsDesc = prometheus.NewDesc("joiner_store_rebuilds_total",
+		"Task stores moved aside and rebuilt from Kafka, by reason: open_failed (it did not open), corruption (Pebble reported corruption at run time; the process exited and the next start rebuilt it), unusable (it could not be written).",
+		[]string{"reason"}, nil)
+	corruptDirsDesc = prometheus.NewDesc("joiner_store_corrupt_dirs",
+		"Moved-aside task stores (task-<p>.corrupt-*) kept for inspection; deleted after --corrupt-retention.",
+		nil, nil)
+)
+
+func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- rebuildsDesc
+	ch <- corruptDirsDesc
+}
+
+func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range statestore.RebuildReasons {
+		ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(c.m.RebuildsFor(r)), r)
+	}
+	ch <- prometheus.MustNewConstMetric(corruptDirsDesc, prometheus.GaugeValue, float64(c.m.CorruptDirs()))
 }

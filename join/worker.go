@@ -355,12 +355,7 @@ func (w *Worker) shuttingDown() bool {
 const pauseTimeout = 5 * time.Second
 
 func (w *Worker) openStore(p int) (*statestore.Store, error) {
-	before := w.cfg.Stores.Rebuilds()
-	store, err := w.cfg.Stores.OpenTask(p)
-	if n := w.cfg.Stores.Rebuilds() - before; n > 0 {
-		w.metrics.StoreRebuilds.Add(float64(n))
-	}
-	return store, err
+	return w.cfg.Stores.OpenTask(p) // rebuilds are counted by the Manager (faults.go)
 }
 
 func (w *Worker) startTask(key any, run func(context.Context)) {

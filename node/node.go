@@ -69,6 +69,9 @@ type Config struct {
 	// StartOffset is where notifications partitions with no committed
 	// offset start: "earliest" (default) or "latest".
 	StartOffset string
+	// CorruptRetention is how long moved-aside task stores are kept.
+	// Default: statestore.DefaultCorruptRetention.
+	CorruptRetention time.Duration
 
 	Assignor          string
 	SessionTimeout    time.Duration
@@ -149,6 +152,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		CacheBytes: cfg.CacheBytes,
 		Placement:  cfg.Placement,
 		Logger:     n.log,
+
+		InstanceID:       cfg.InstanceID,
+		CorruptRetention: cfg.CorruptRetention,
 	})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/statestore"
 )
 
 // runWorker is `joiner run`: one worker of the consumer group.
@@ -41,6 +42,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "longest a notification waits for the market to be read past its timestamp")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
+	fs.DurationVar(&cfg.CorruptRetention, "corrupt-retention", statestore.DefaultCorruptRetention, "how long moved-aside task stores (task-<p>.corrupt-*) are kept before they are deleted")
 	fs.StringVar(&cfg.StartOffset, "start-offset", "earliest", "where a group with no committed offset starts on the notifications: earliest or latest")
 	fs.DurationVar(&cfg.StartupTimeout, "startup-timeout", node.DefaultStartupTimeout, "how long to retry unreachable brokers at start before exiting 1")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")

@@ -46,6 +46,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"bad duration from env", nil, map[string]string{"JOINER_COMMIT_INTERVAL": "soon"}, "JOINER_COMMIT_INTERVAL"},
 		{"zero startup timeout", []string{"--startup-timeout", "0s"}, nil, "--startup-timeout"},
 		{"unknown start offset", []string{"--start-offset", "beginning"}, nil, "--start-offset"},
+		{"zero corrupt retention", []string{"--corrupt-retention", "0s"}, nil, "--corrupt-retention"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "--log-level"},
 		{"extra argument", []string{"now"}, nil, "unexpected argument"},
 	} {
