@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
@@ -245,5 +246,43 @@ func TestFaultPartitionsAddedWhileRunning(t *testing.T) {
 				t.Errorf("%s: the store of task %d is gone: %v", name, p, err)
 			}
 		}
+	}
+}
+
+// Row "a task store that cannot be opened" (its dir read-only): the
+// member does not process those tasks (no notification consumed or
+// committed there, no miss), retries, tries a fresh dir, then reports them
+// failed (joiner_tasks{role="failed"}, /readyz 503 naming them) and
+// releases them; the group moves them to the other member, and every
+// notification gets a correct alert.
+func TestFaultUnopenableStoreIsNotProcessed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 4)
+	h.produce(loadgen.Config{Symbols: 20, TicksPerSymbol: 2, NotificationsPerSymbol: 5})
+	// w1 alone first: every task lands on its unusable stores, with a
+	// backlog of notifications waiting.
+	h.f.Template.StoreFS = roFS{FS: vfs.Default, fragments: []string{string(filepath.Separator) + "w1" + string(filepath.Separator) + h.b.Group + string(filepath.Separator) + "task-"}}
+	h.start("w1")
+	w1 := h.f.Workers()["w1"]
+	waitUntil(t, 45*time.Second, "w1 to report its 4 tasks failed", func() bool {
+		code, body := readyz(t, w1.Addr())
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "failed") &&
+			metric(t, w1.Addr(), `joiner_tasks{role="failed"}`) == 4
+	})
+	h.f.Template.StoreFS = nil
+	h.start("w2")
+	w2 := h.f.Workers()["w2"]
+	waitUntil(t, 45*time.Second, "w2 to hold all 4 tasks", func() bool { return len(w2.Worker().Stats().Tasks) == 4 })
+	_, body := readyz(t, w1.Addr())
+	if !strings.Contains(body, "task ") {
+		t.Errorf("/readyz of w1 does not name the task: %q", body)
+	}
+	h.produce(loadgen.Config{Symbols: 20, TicksPerSymbol: 1, NotificationsPerSymbol: 5})
+	checkAlerts(t, h)
+	if s := w1.Worker().Stats(); s.Local+s.Remote+s.Miss != 0 {
+		t.Errorf("w1 joined %d notifications with unusable stores", s.Local+s.Remote+s.Miss)
+	}
+	if got := metric(t, w1.Addr(), `joiner_records_total{topic="notifications"}`); got > 0 {
+		t.Errorf("w1 consumed %v notifications with unusable stores", got)
 	}
 }

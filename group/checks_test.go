@@ -95,3 +95,45 @@ func TestPlanExcludesForeignMembers(t *testing.T) {
 		t.Errorf("excluded %v, want m-1, m-2 and m-4", out.Excluded)
 	}
 }
+
+// Refused tasks go to a member that did not refuse them; a task every
+// member refused stays unassigned.
+func TestPlanHonorsRefusedTasks(t *testing.T) {
+	ms := members(2, map[string][]int{"pod-0": {0, 1, 2}, "pod-1": {3, 4, 5}})
+	ms[0].Sub.Refused = []int{1, 4}
+	ms[1].Sub.Refused = []int{4}
+	out, err := computePlan(planInput{Assignor: AssignorCopartition, Topics: seed004.Topics, Counts: seed004.Counts, Leader: "pod-0", Members: ms})
+	if err != nil || out.Err != nil {
+		t.Fatal(err, out.Err)
+	}
+	if slices.Contains(out.Tasks["pod-0"], 1) || !slices.Contains(out.Tasks["pod-1"], 1) {
+		t.Errorf("task 1, refused by pod-0, planned as %v", out.Tasks)
+	}
+	if slices.Contains(out.Tasks["pod-0"], 4) || slices.Contains(out.Tasks["pod-1"], 4) {
+		t.Errorf("task 4, refused by both, planned as %v", out.Tasks)
+	}
+	for mid, ga := range out.Assignments {
+		if !slices.Equal(ga.AssignedPartitions["market"], ga.AssignedPartitions["notifications"]) {
+			t.Errorf("%s: not co-located: %v", mid, ga.AssignedPartitions)
+		}
+	}
+}
+
+func TestSubscriptionRefusedRoundTrip(t *testing.T) {
+	in := subscription{InstanceID: "pod-1", Addr: "h:1", Owned: []int{0, 3}, Refused: []int{2, 7}}
+	b, err := encodeSubscription(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != userDataVersionRefused {
+		t.Errorf("version %d, want %d with refused tasks", b[0], userDataVersionRefused)
+	}
+	out, err := decodeSubscription(b)
+	if err != nil || !slices.Equal(out.Refused, in.Refused) || !slices.Equal(out.Owned, in.Owned) {
+		t.Fatalf("decoded %+v, %v; want %+v", out, err, in)
+	}
+	plain, _ := encodeSubscription(subscription{InstanceID: "pod-1"})
+	if plain[0] != userDataVersion {
+		t.Errorf("version %d without refused tasks, want 1", plain[0])
+	}
+}

@@ -53,6 +53,11 @@ type Member struct {
 	// unpaired is the unpaired partition count of this member's latest plan
 	// as leader (checks.go).
 	unpaired atomic.Int64
+	// refused are the tasks released by Release; guarded by mu. rejoin
+	// wakes the heartbeat loop to rejoin (release.go).
+	refused    map[int]bool
+	rejoin     chan struct{}
+	rejoinOnce sync.Once
 
 	// Test hooks.
 	encodeSub func(subscription) ([]byte, error) // encoder of this member's subscription user data
@@ -278,6 +283,8 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-m.rejoinCh():
+			return errReleased
 		}
 		if m.abandoned.Load() {
 			<-ctx.Done()
@@ -410,9 +417,9 @@ func (m *Member) ownedTasks() []int {
 // decoded from its own SyncGroup response. *memberID is updated from the
 // JoinGroup response.
 func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error) {
-	owned := normalizeTasks(m.ownedTasks())
+	owned := normalizeTasks(m.withoutRefused(m.ownedTasks()))
 	owned = slices.DeleteFunc(owned, func(t int) bool { return t < 0 || t >= maxTasks })
-	userData, err := m.encodeSub(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned})
+	userData, err := m.encodeSub(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned, Refused: m.refusedTasks()})
 	if err != nil {
 		return Assignment{}, fmt.Errorf("group %q: encode subscription: %w", m.cfg.GroupID, err)
 	}

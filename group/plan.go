@@ -188,6 +188,7 @@ func computePlan(in planInput) (planOutput, error) {
 		return planOutput{}, fmt.Errorf("group: plan: unknown assignor %q", in.Assignor)
 	}
 
+	out.Moved += honorRefusals(perTopic, in.Topics, ids, refusedBy(members, partitions))
 	owners := make([]uint32, partitions)
 	for id, byTopic := range perTopic {
 		for _, p := range byTopic[in.Topics[0]] {

@@ -15,6 +15,8 @@ import (
 // registerFaultMetrics adds the gauges read from the current assignment.
 func (w *Worker) registerFaultMetrics(reg prometheus.Registerer) {
 	reg.MustRegister(storeCollector{w.cfg.Stores})
+	w.registerOffsetResets(reg)
+	w.metrics.Tasks.WithLabelValues("failed")
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "joiner_group_excluded",
@@ -49,7 +51,7 @@ func (w *Worker) registerFaultMetrics(reg prometheus.Registerer) {
 func (w *Worker) faultsLocked() string {
 	a := w.assignment
 	if a.Error == "" {
-		return ""
+		return w.storeFaultReason()
 	}
 	if why, ex := a.Excluded(); ex {
 		return "excluded from the group's plan: " + why

@@ -91,7 +91,8 @@ type Worker struct {
 	remote  *remoteClient
 
 	member Membership
-	gate   *gate // pauses notifications from Rebalancing to Assigned
+	gate   *gate       // pauses notifications from Rebalancing to Assigned
+	faults storeFaults // storefault.go
 
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
@@ -181,6 +182,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 // stops every task and returns. It owns the membership loop, the committer
 // and every task goroutine, and waits for all of them.
 func (w *Worker) Run(ctx context.Context, m Membership) error {
+	defer w.forgetOffsetResets()
 	w.member = m
 	w.done = ctx.Done()
 	// Tasks run until stopAll cancels them, not until ctx ends: at
@@ -210,6 +212,7 @@ func (w *Worker) Run(ctx context.Context, m Membership) error {
 // Assigned implements group.Handler: start new tasks, stop gone ones, keep
 // the others running untouched.
 func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
+	w.stopStoreRetries()
 	w.metrics.Rebalances.Inc()
 	if a.Leader {
 		w.metrics.TasksMoved.Add(float64(a.Moved))
@@ -276,7 +279,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		}
 		store, err := w.openStore(p)
 		if err != nil {
-			w.log.Error("cannot open the task store; the task is not processed on this member", "task", p, "err", err)
+			w.storeFaultLocked(p, err)
 			continue
 		}
 		st := newStateTask(w, p, store, colocated(p))
@@ -291,6 +294,9 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		if colocated(p) {
 			if st = w.states[p]; st == nil {
 				st = fresh[p]
+			}
+			if st == nil {
+				continue // its store failed to open: not processed here (storefault.go)
 			}
 		}
 		newProcs = append(newProcs, newProcessTask(w, p, st))
@@ -314,6 +320,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		w.startTask(pt, pt.run)
 	}
 	started := taskIDs(newStates)
+	w.retryStores()
 	w.updateTaskGauges()
 	w.gate.reopen()
 	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
@@ -72,6 +73,9 @@ type Config struct {
 	// CorruptRetention is how long moved-aside task stores are kept.
 	// Default: statestore.DefaultCorruptRetention.
 	CorruptRetention time.Duration
+	// StoreFS is the filesystem of the task stores. Default: the OS's.
+	// Tests inject faults with it.
+	StoreFS vfs.FS
 
 	Assignor          string
 	SessionTimeout    time.Duration
@@ -155,6 +159,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 		InstanceID:       cfg.InstanceID,
 		CorruptRetention: cfg.CorruptRetention,
+		FS:               cfg.StoreFS,
 	})
 	if err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 func TestLockReleasedOnClose(t *testing.T) {
@@ -179,4 +181,65 @@ func childReadAll(dir string) {
 	s.Close()
 	m.Close()
 	os.Exit(0)
+}
+
+// brokenDirFS fails every rename or mkdir under prefix, as a read-only
+// mount would.
+type brokenDirFS struct {
+	vfs.FS
+	prefix string
+}
+
+func (f brokenDirFS) Rename(a, b string) error {
+	if strings.HasPrefix(a, f.prefix) {
+		return os.ErrPermission
+	}
+	return f.FS.Rename(a, b)
+}
+
+func (f brokenDirFS) MkdirAll(d string, p os.FileMode) error {
+	if strings.HasPrefix(d, f.prefix) && strings.Contains(d, "task-") {
+		return os.ErrPermission
+	}
+	return f.FS.MkdirAll(d, p)
+}
+
+// Rebuild moves the store aside and opens a fresh one; when the task's
+// dir cannot even be moved, in another state dir, which later opens use.
+func TestRebuildUsesAnotherStateDir(t *testing.T) {
+	mem := vfs.NewMem()
+	m := openManager(t, Options{Dirs: []string{"/a", "/b"}, FS: mem, Placement: PlacementTasks})
+	s := openTask(t, m, 1)
+	if !strings.HasPrefix(s.Dir(), "/a/") {
+		t.Fatalf("task 1 placed in %s, want /a", s.Dir())
+	}
+	if err := s.Apply([]Tick{{"X", 1, 1}}, 5); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// Same dir usable: moved aside, rebuilt in place, empty.
+	s, err := m.Rebuild(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.AppliedOffset() != -1 || !strings.HasPrefix(s.Dir(), "/a/") || m.RebuildsFor(RebuildUnusable) != 1 {
+		t.Errorf("rebuild in place: dir %s offset %d unusable rebuilds %d", s.Dir(), s.AppliedOffset(), m.RebuildsFor(RebuildUnusable))
+	}
+	s.Close()
+	m.Close()
+	// /a turns read-only: the store cannot be moved, the fresh one goes to /b.
+	m = openManager(t, Options{Dirs: []string{"/a", "/b"}, FS: brokenDirFS{FS: mem, prefix: "/a/"}})
+	s, err = m.Rebuild(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(s.Dir(), "/b/") {
+		t.Errorf("rebuilt in %s, want /b", s.Dir())
+	}
+	s.Close()
+	s = openTask(t, m, 1)
+	if !strings.HasPrefix(s.Dir(), "/b/") {
+		t.Errorf("reopened in %s, want the rebuilt one in /b", s.Dir())
+	}
+	s.Close()
 }

@@ -139,6 +139,7 @@ type Manager struct {
 	locks       []*dirLock       // lock.go
 	corruptDirs atomic.Int64     // corrupt.go
 	byReason    map[string]int64 // rebuilds by reason; guarded by mu
+	override    map[int]string   // task dir chosen by Rebuild; guarded by mu
 
 	mu     sync.Mutex
 	closed bool
@@ -363,6 +364,7 @@ func (m *Manager) RemoveTask(task int) error {
 		return fmt.Errorf("statestore: remove task %d: %w", task, ErrTaskOpen)
 	}
 	name := taskDirName(task)
+	delete(m.override, task)
 	for _, d := range m.opts.Dirs {
 		gdir := m.groupDir(d)
 		names, err := m.fs.List(gdir)
@@ -373,7 +375,7 @@ func (m *Manager) RemoveTask(task int) error {
 			return fmt.Errorf("statestore: remove task %d: list %s: %w", task, gdir, err)
 		}
 		for _, n := range names {
-			if n != name && !strings.HasPrefix(n, name+".corrupt-") {
+			if n != name && n != name+".rebuilt" && !strings.HasPrefix(n, name+".corrupt-") {
 				continue
 			}
 			p := m.fs.PathJoin(gdir, n)
@@ -407,6 +409,11 @@ func (m *Manager) Tasks() ([]int, error) {
 // strategy says if it exists nowhere. m.mu must be held, so that concurrent
 // placements see each other's dirs.
 func (m *Manager) placeLocked(task int) (string, error) {
+	if p, ok := m.override[task]; ok {
+		if fi, err := m.fs.Stat(p); err == nil && fi.IsDir() {
+			return p, nil
+		}
+	}
 	var found []string
 	for _, d := range m.opts.Dirs {
 		p := m.taskDir(d, task)
