@@ -34,6 +34,12 @@ func (w *Worker) registerFaultMetrics(reg prometheus.Registerer) {
 			return float64(w.currentAssignment().Unpaired)
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "joiner_group_partitions",
+			Help: "Tasks the group planned in this member's latest assignment (the co-partitioned partition count); the group's sum of joiner_tasks{role=\"active\"} should equal it.",
+		}, func() float64 {
+			return float64(w.currentAssignment().Partitions)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "joiner_group_plan_errors",
 			Help: "1 when the latest assignment carries the leader's planning error (e.g. a topic is missing), so this member holds no tasks, else 0.",
 		}, func() float64 {

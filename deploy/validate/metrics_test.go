@@ -36,6 +36,13 @@ var exported = map[string]string{
 	"joiner_records_total":         "counter",
 	"joiner_store_rebuilds_total":  "counter",
 	"joiner_remote_lookup_seconds": "histogram",
+
+	"joiner_group_partitions":          "gauge",
+	"joiner_group_excluded":            "gauge",
+	"joiner_group_plan_errors":         "gauge",
+	"joiner_group_unpaired_partitions": "gauge",
+	"joiner_store_corrupt_dirs":        "gauge",
+	"joiner_offset_resets_total":       "counter",
 }
 
 var (
