@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // Every wrong flag or env value of `joiner run` is a usage error: exit 2,
@@ -81,4 +86,76 @@ func TestLoadgenUsageErrors(t *testing.T) {
 			t.Errorf("loadgen %q: exit %d, want 2; stderr: %s", args, code, stderr.String())
 		}
 	}
+}
+
+// Row "broker unreachable when a worker starts": `joiner run` retries,
+// serves /healthz 200 and /readyz 503 meanwhile, and exits 1 with a line
+// naming --startup-timeout when it gives up.
+func TestRunWaitsForKafkaThenExits1(t *testing.T) {
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokers := dead.Addr().String()
+	dead.Close()
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := hl.Addr().String()
+	hl.Close()
+	var stderr syncWriter
+	done := make(chan int, 1)
+	start := time.Now()
+	go func() {
+		done <- dispatch([]string{"run", "--brokers", brokers, "--http-addr", httpAddr, "--instance-id", "w1",
+			"--state-dir", t.TempDir(), "--startup-timeout", "3s"}, nil, io.Discard, &stderr)
+	}()
+	var ready, health int
+	for time.Since(start) < 3*time.Second && (ready == 0 || health == 0) {
+		if r, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
+			ready = r.StatusCode
+			r.Body.Close()
+		}
+		if r, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
+			health = r.StatusCode
+			r.Body.Close()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ready != http.StatusServiceUnavailable || health != http.StatusOK {
+		t.Errorf("while waiting: /readyz %d, /healthz %d; want 503 and 200", ready, health)
+	}
+	select {
+	case code := <-done:
+		if code != 1 {
+			t.Errorf("exit %d, want 1", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("joiner run did not give up within 30s of a 3s --startup-timeout")
+	}
+	if d := time.Since(start); d < 3*time.Second {
+		t.Errorf("gave up after %s, before --startup-timeout 3s", d)
+	}
+	out := stderr.String()
+	if !strings.Contains(out, "--startup-timeout") || !strings.Contains(out, "Kafka is not reachable; retrying") {
+		t.Errorf("stderr does not log the retries and the give-up line:\n%s", out)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
