@@ -91,8 +91,9 @@ type Worker struct {
 	remote  *remoteClient
 
 	member Membership
-	gate   *gate       // pauses notifications from Rebalancing to Assigned
-	faults storeFaults // storefault.go
+	gate   *gate // pauses notifications from Rebalancing to Assigned
+
+	faults storeFaults // tasks whose store failed (storefault.go)
 
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
