@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,6 +241,36 @@ func TestRebuildUsesAnotherStateDir(t *testing.T) {
 	s = openTask(t, m, 1)
 	if !strings.HasPrefix(s.Dir(), "/b/") {
 		t.Errorf("reopened in %s, want the rebuilt one in /b", s.Dir())
+	}
+	s.Close()
+}
+
+// erofsFS refuses every write under prefix with EROFS.
+type erofsFS struct {
+	vfs.FS
+	prefix string
+}
+
+func (f erofsFS) MkdirAll(d string, p os.FileMode) error {
+	if strings.HasPrefix(d, f.prefix) {
+		return &os.PathError{Op: "mkdir", Path: d, Err: syscall.EROFS}
+	}
+	return f.FS.MkdirAll(d, p)
+}
+
+// A read-only state dir does not stop the Manager: the tasks placed there
+// fail and a rebuild goes to a dir that works.
+func TestReadOnlyStateDirDoesNotStopOpen(t *testing.T) {
+	m := openManager(t, Options{Dirs: []string{"/ro", "/rw"}, FS: erofsFS{FS: vfs.NewMem(), prefix: "/ro"}, Placement: PlacementTasks})
+	if _, err := m.OpenTask(0); err == nil {
+		t.Fatal("OpenTask placed in the read-only dir succeeded")
+	}
+	s, err := m.Rebuild(0)
+	if err != nil {
+		t.Fatalf("Rebuild with one writable dir: %v", err)
+	}
+	if !strings.HasPrefix(s.Dir(), "/rw/") {
+		t.Errorf("rebuilt in %s, want /rw", s.Dir())
 	}
 	s.Close()
 }

@@ -32,6 +32,12 @@ func (m *Manager) lockGroupDirs() error {
 	}
 	for _, d := range m.opts.Dirs {
 		l, err := lockDir(m.groupDir(d), m.opts.InstanceID)
+		if err != nil && !errors.Is(err, ErrLocked) && readOnly(err) {
+			// Nobody can write there, so nobody can delete another's
+			// stores there either; the tasks placed there will fail.
+			m.log.Warn("statestore: cannot lock a read-only state dir", "dir", m.groupDir(d), "err", err)
+			continue
+		}
 		if err != nil {
 			m.unlockGroupDirs()
 			return err
@@ -80,4 +86,10 @@ func describeHolder(b []byte) string {
 		return "another process (it wrote no instance id)"
 	}
 	return "another worker (" + s + ")"
+}
+
+// readOnly reports whether err means the filesystem refuses writes: a
+// read-only mount or missing permissions.
+func readOnly(err error) bool {
+	return errors.Is(err, syscall.EROFS) || errors.Is(err, os.ErrPermission)
 }

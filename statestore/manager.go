@@ -183,6 +183,11 @@ func Open(opts Options) (*Manager, error) {
 	}
 	for _, d := range opts.Dirs {
 		if err := m.fs.MkdirAll(m.groupDir(d), 0o755); err != nil {
+			if readOnly(err) { // its tasks fail over (unusable.go), the worker stays up
+				m.log.Warn("statestore: a state dir is read-only; its task stores will fail and be placed elsewhere or released",
+					"dir", m.groupDir(d), "err", err)
+				continue
+			}
 			return nil, fmt.Errorf("statestore: create %s: %w (check that the state dir exists and is writable)",
 				m.groupDir(d), err)
 		}
