@@ -137,3 +137,25 @@ func TestSubscriptionRefusedRoundTrip(t *testing.T) {
 		t.Errorf("version %d without refused tasks, want 1", plain[0])
 	}
 }
+
+// With roundrobin a member holds partition t of one topic only: a refusal
+// moves just that one, and every topic-partition stays assigned once.
+func TestPlanHonorsRefusedTasksRoundRobin(t *testing.T) {
+	ms := members(2, nil)
+	ms[0].Sub.Refused = []int{0, 1, 2, 3, 4}
+	// 5 partitions: the flat list deals pod-0 market 0,2,4 and
+	// notifications 1,3.
+	in := planInput{Assignor: AssignorRoundRobin, Topics: seed004.Topics, Counts: map[string]int{"market": 5, "notifications": 5}, Leader: "pod-0", Members: ms}
+	out, err := computePlan(in)
+	if err != nil || out.Err != nil {
+		t.Fatal(err, out.Err)
+	}
+	owners := ownersByTopic(t, in, out) // fails on a partition assigned twice
+	for topic, os := range owners {
+		for p, o := range os {
+			if o != "pod-1" {
+				t.Errorf("%s-%d owned by %q, want pod-1 (pod-0 refused every task)", topic, p, o)
+			}
+		}
+	}
+}

@@ -83,7 +83,11 @@ func honorRefusals(perTopic map[string]map[string][]int, topics []string, ids []
 	moved := 0
 	for _, id := range ids {
 		for _, t := range refused[id] {
-			if !slices.Contains(perTopic[id][state], t) {
+			held := false
+			for _, topic := range topics {
+				held = held || slices.Contains(perTopic[id][topic], t)
+			}
+			if !held {
 				continue
 			}
 			best := ""
@@ -96,6 +100,9 @@ func honorRefusals(perTopic map[string]map[string][]int, topics []string, ids []
 				}
 			}
 			for _, topic := range topics {
+				if !slices.Contains(perTopic[id][topic], t) {
+					continue // with roundrobin, another member holds t of this topic
+				}
 				perTopic[id][topic] = slices.DeleteFunc(perTopic[id][topic], func(p int) bool { return p == t })
 				if best != "" {
 					ps := append(perTopic[best][topic], t)
