@@ -162,22 +162,30 @@ func (pl *planner) prepare(opt *Options) (*haState, error) {
 			}
 		}
 	}
-	slices.SortFunc(ha.prevStandby, func(a, b taskMember) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.m, b.m)) })
+	ha.prevStandby = byTask(pl.p, ha.prevStandby, func(c taskMember) int32 { return c.t },
+		func(a, b taskMember) int { return cmp.Compare(a.m, b.m) })
 	ha.prevStandby = slices.Compact(ha.prevStandby)
 
 	var copies []lagCopy
 	for _, id := range slices.Sorted(maps.Keys(opt.Lags)) {
 		i, current := index[id]
-		for _, t := range slices.Sorted(maps.Keys(opt.Lags[id])) {
-			lag := opt.Lags[id][t]
+		// Map order is random: report the smallest bad task.
+		negTask, negLag := 0, math.MaxInt
+		for t, lag := range opt.Lags[id] {
 			switch {
 			case t < 0:
-				return nil, fmt.Errorf("%w: lag of %q for task %d", ErrNegativeTask, id, t)
+				negTask = min(negTask, t)
 			case lag < 0:
-				return nil, fmt.Errorf("%w: lag of %q for task %d is %d, need at least 0", ErrBadOption, id, t, lag)
+				negLag = min(negLag, t)
 			case t < pl.p && current:
 				copies = append(copies, lagCopy{int32(t), i, lag})
 			}
+		}
+		switch {
+		case negTask < 0:
+			return nil, fmt.Errorf("%w: lag of %q for task %d", ErrNegativeTask, id, negTask)
+		case negLag != math.MaxInt:
+			return nil, fmt.Errorf("%w: lag of %q for task %d is %d, need at least 0", ErrBadOption, id, negLag, opt.Lags[id][negLag])
 		}
 	}
 	if k := min(opt.Standbys, pl.m-1); k > 0 && int64(pl.p)*int64(k) > MaxStandbyReplicas {
@@ -188,7 +196,8 @@ func (pl *planner) prepare(opt *Options) (*haState, error) {
 	}
 	ha.lags = true
 	ha.warm = opt.MaxWarmupReplicas > 0
-	slices.SortFunc(copies, func(a, b lagCopy) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.m, b.m)) })
+	copies = byTask(pl.p, copies, func(c lagCopy) int32 { return c.t },
+		func(a, b lagCopy) int { return cmp.Compare(a.m, b.m) })
 	ha.copyOff = make([]int32, pl.p+1)
 	ha.cuOff = make([]int32, pl.p+1)
 	ha.copyMember = make([]int32, len(copies))
@@ -206,9 +215,8 @@ func (pl *planner) prepare(opt *Options) (*haState, error) {
 		ha.copyOff[t+1] += ha.copyOff[t]
 		ha.cuOff[t+1] += ha.cuOff[t]
 	}
-	slices.SortFunc(caught, func(a, b lagCopy) int {
-		return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.lag, b.lag), cmp.Compare(a.m, b.m))
-	})
+	caught = byTask(pl.p, caught, func(c lagCopy) int32 { return c.t },
+		func(a, b lagCopy) int { return cmp.Or(cmp.Compare(a.lag, b.lag), cmp.Compare(a.m, b.m)) })
 	ha.cuMember = make([]int32, len(caught))
 	ha.cuLag = make([]int64, len(caught))
 	for j, c := range caught {
@@ -546,9 +554,8 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 	// Per (task, member): a reported copy's lag ranks it, else the owner's
 	// store (lag 0), else a previous standby (lag unknown: last). The
 	// reason shown is the standby, else the owner, else the copy.
-	slices.SortFunc(cands, func(a, b sticky) int {
-		return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.m, b.m), cmp.Compare(a.why, b.why))
-	})
+	cands = byTask(pl.p, cands, func(c sticky) int32 { return c.t },
+		func(a, b sticky) int { return cmp.Or(cmp.Compare(a.m, b.m), cmp.Compare(a.why, b.why)) })
 	merged := cands[:0]
 	for _, c := range cands {
 		if c.m == final[c.t] {
@@ -564,9 +571,8 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 		}
 		merged = append(merged, c)
 	}
-	slices.SortFunc(merged, func(a, b sticky) int {
-		return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.rank, b.rank), cmp.Compare(a.m, b.m))
-	})
+	merged = byTask(pl.p, merged, func(c sticky) int32 { return c.t },
+		func(a, b sticky) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.m, b.m)) })
 	stickyCount := make([]int32, m)
 	s.keepOff = make([]int32, pl.p+1)
 	for _, c := range merged {
@@ -800,3 +806,31 @@ func (h *memberHeap) set(i int32, k uint64) {
 }
 
 func (h *memberHeap) runnerUp() (uint64, bool) { return fillHeap(h.keys).runnerUp() }
+
+// byTask returns items ordered by task (a counting sort over 0..p-1), and
+// by less within a task.
+func byTask[T any](p int, items []T, task func(T) int32, less func(a, b T) int) []T {
+	if len(items) == 0 {
+		return items
+	}
+	off := make([]int32, p+1)
+	for _, it := range items {
+		off[task(it)+1]++
+	}
+	for t := range p {
+		off[t+1] += off[t]
+	}
+	out := make([]T, len(items))
+	next := slices.Clone(off[:p])
+	for _, it := range items {
+		t := task(it)
+		out[next[t]] = it
+		next[t]++
+	}
+	for t := range p {
+		if off[t+1]-off[t] > 1 {
+			slices.SortFunc(out[off[t]:off[t+1]], less)
+		}
+	}
+	return out
+}
