@@ -147,6 +147,7 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 	cfg.Transport = &kafka.Transport{Dial: cut.dial}
 	cfg.Brokers, cfg.Group, cfg.Topics = f.Broker.Addrs, f.Broker.Group, f.Broker.Topics
 	cfg.InstanceID = instance
+	cfg.LeaveOnShutdown = true // Stop leaves; Crash does not
 	cfg.StateDirs = []string{filepath.Join(f.Dir, instance)}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	n, err := node.New(ctx, cfg)

@@ -39,6 +39,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
 	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 30*time.Second, "group rebalance timeout; also bounds a clean leave")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
+	fs.BoolVar(&cfg.LeaveOnShutdown, "leave-on-shutdown", false, "leave the group on SIGTERM so its tasks move at once (scale-down); by default a stopped worker keeps its place until the session timeout")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "longest a notification waits for the market to be read past its timestamp")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
