@@ -632,41 +632,54 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 			}
 		}
 	}
-	var skipped []uint64
+	// mark[i] == t+1: member i owns task t or keeps a standby of it.
+	mark := make([]int32, m)
+	var popped []uint64
+	var picks []int32
 	for t := range pl.p {
+		if s.n[t] == k {
+			continue
+		}
+		stamp := int32(t + 1)
+		mark[final[t]] = stamp
+		for _, i := range s.of(t) {
+			mark[i] = stamp
+		}
+		// The members below target with the fewest standbys that may
+		// take t, as many as t needs, then back into the heap.
+		popped, picks = popped[:0], picks[:0]
+		for int32(len(picks)) < k-s.n[t] && len(h.keys) > 0 {
+			top := h.keys[0]
+			h.remove(0)
+			popped = append(popped, top)
+			if _, i := unkey(top); mark[i] != stamp {
+				picks = append(picks, i)
+			}
+		}
+		for _, i := range picks {
+			if tr != nil {
+				fmt.Fprintf(tr.w, "standby %d -> %s (has %d, fewest)\n", t, name(pl.ids[i]), s.cnt[i])
+			}
+			s.add(t, i, false)
+			mark[i] = stamp
+		}
+		for _, kk := range popped {
+			if _, i := unkey(kk); s.cnt[i] < s.tgt[i] {
+				h.push(key(s.cnt[i], i))
+			}
+		}
 		for s.n[t] < k {
-			skipped = skipped[:0]
-			pick := int32(-1)
-			for len(h.keys) > 0 {
-				_, i := unkey(h.keys[0])
-				if i != final[t] && !slices.Contains(s.of(t), i) {
-					pick = i
-					break
-				}
-				skipped = append(skipped, h.keys[0])
-				h.remove(0)
-			}
-			for _, kk := range skipped {
-				h.push(kk)
-			}
-			if pick >= 0 {
-				if tr != nil {
-					fmt.Fprintf(tr.w, "standby %d -> %s (has %d, fewest)\n", t, name(pl.ids[pick]), s.cnt[pick])
-				}
-				s.add(t, pick, false)
-				bump(pick)
-				continue
-			}
-			if y, ok := s.repair(pl, t, final, h, tr); ok {
+			if x, y, ok := s.repair(pl, t, final, h, tr); ok {
+				mark[x] = stamp
 				bump(y)
 				continue
 			}
 			// Nobody below target can take t (only when the active
 			// counts are unbalanced by warm-ups): the eligible member
 			// with the fewest standbys goes over its target.
-			pick = -1
+			pick := int32(-1)
 			for i := range m {
-				if i != final[t] && !slices.Contains(s.of(t), i) && (pick < 0 || s.cnt[i] < s.cnt[pick]) {
+				if mark[i] != stamp && (pick < 0 || s.cnt[i] < s.cnt[pick]) {
 					pick = i
 				}
 			}
@@ -674,6 +687,7 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 				fmt.Fprintf(tr.w, "standby %d -> %s (has %d, over its target: no member below target can take it)\n", t, name(pl.ids[pick]), s.cnt[pick])
 			}
 			s.add(t, pick, false)
+			mark[pick] = stamp
 		}
 	}
 	return s
@@ -683,12 +697,12 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 // keeps a standby of it: a member X that may take t hands one of its
 // standbys u to a member Y below target that may take u, then takes t. It
 // prefers a u that was filled, then a kept u that Y should keep too, then
-// any u. It returns Y.
-func (s *standbys) repair(pl *planner, t int, final []int32, h *memberHeap, tr *tracer) (int32, bool) {
+// any u. It returns X and Y.
+func (s *standbys) repair(pl *planner, t int, final []int32, h *memberHeap, tr *tracer) (x, y int32, ok bool) {
 	m := int32(pl.m)
 	k := int(s.k)
 	for pass := range 3 {
-		for x := range m {
+		for x = range m {
 			if x == final[t] || slices.Contains(s.of(t), x) {
 				continue
 			}
@@ -698,7 +712,7 @@ func (s *standbys) repair(pl *planner, t int, final []int32, h *memberHeap, tr *
 					continue
 				}
 				for _, hk := range h.keys {
-					_, y := unkey(hk)
+					_, y = unkey(hk)
 					if y == final[u] || slices.Contains(s.of(int(u)), y) ||
 						pass == 1 && !(s.kept[slot] && s.keeper(int(u), y)) {
 						continue
@@ -719,12 +733,12 @@ func (s *standbys) repair(pl *planner, t int, final []int32, h *memberHeap, tr *
 							t, name(pl.ids[x]), name(pl.ids[x]), what, u, name(pl.ids[y]))
 					}
 					s.kept[slot] = false
-					return y, true
+					return x, y, true
 				}
 			}
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // memberHeap is a binary min-heap of member keys (key(count, member))

@@ -145,3 +145,41 @@ func TestAssignHABadInput(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAssignInput: any input gives either exit 0 with one JSON object on
+// stdout and nothing on stderr, or exit 2 with one line on stderr and
+// nothing on stdout. Inputs asking for more than 4096 tasks are skipped (a
+// valid 2^24-task plan is correct but slow to fuzz).
+func FuzzAssignInput(f *testing.F) {
+	f.Add(seedInput)
+	f.Add(haInput)
+	f.Add(`{"partitions":3,"members":["X","Y"],"standbys":2,"lags":{"X":{"0":1,"2":70000}},"max_warmup_replicas":1,"acceptable_recovery_lag":0}`)
+	f.Add(`{"topics":{"a":2,"b":2},"members":["X"],"previous_standby":{"X":[0,-1]}}`)
+	f.Add(`{"partitions":2,"members":[],"lags":{"X":{"01":1}}}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		if req, err := parseAssignRequest([]byte(in)); err == nil {
+			if p, err := req.partitionCount(); err == nil && p > 4096 {
+				t.Skip()
+			}
+		}
+		code, out, errOut := assign(t, in)
+		switch code {
+		case 0:
+			var v struct {
+				Assignment map[string][]int `json:"assignment"`
+				Moved      *int             `json:"moved"`
+				Standby    map[string][]int `json:"standby"`
+				Warmup     map[string][]int `json:"warmup"`
+			}
+			if err := json.Unmarshal([]byte(out), &v); err != nil || v.Moved == nil || v.Assignment == nil || errOut != "" {
+				t.Fatalf("%q: exit 0 but stdout %q (%v), stderr %q", in, out, err, errOut)
+			}
+		case 2:
+			if out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "joiner assign: ") {
+				t.Fatalf("%q: exit 2 but stdout %q, stderr %q", in, out, errOut)
+			}
+		default:
+			t.Fatalf("%q: exit %d, stderr %q", in, code, errOut)
+		}
+	})
+}
