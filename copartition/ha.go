@@ -313,7 +313,7 @@ func (pl *planner) assignHA(ha *haState, tr *tracer) Plan {
 		sb = pl.standbys(ha, final, tr)
 		plan.Standby = sb.lists(pl)
 		if tr != nil {
-			tr.memberLists("standby:", pl, plan.Standby)
+			tr.memberLists("standby:", plan.Standby)
 		}
 	}
 	if len(stays) > 0 {
@@ -443,7 +443,7 @@ func (pl *planner) warmups(ha *haState, stays []stay, sb *standbys, tr *tracer) 
 		return nil
 	}
 	if tr != nil {
-		tr.memberLists("warmup:", pl, out)
+		tr.memberLists("warmup:", out)
 	}
 	return out
 }

@@ -71,9 +71,9 @@ func (tr *tracer) keep(pl *planner, c sticky) {
 	}
 }
 
-// memberLists writes "label X=[..] Y=[..]" for the members of lists,
-// current members in bytewise order.
-func (tr *tracer) memberLists(label string, pl *planner, lists map[string][]int) {
+// memberLists writes "label X=[..] Y=[..]" for the members of lists in
+// bytewise order.
+func (tr *tracer) memberLists(label string, lists map[string][]int) {
 	tr.w.WriteString(label)
 	for _, id := range slices.Sorted(maps.Keys(lists)) {
 		tr.list(" "+name(id)+"=[", lists[id], "]")

@@ -200,21 +200,23 @@ func referenceHA(in haInput) (map[string][]int, int, []haStay) {
 	return out, moved, stays
 }
 
-// stickyFor reports whether member id should keep a standby of task t:
-// it held its standby, was its valid previous owner, or reports a copy.
-func (in haInput) stickyFor(id string, t int) bool {
-	if !slices.Contains(in.members, id) {
-		return false
+// keepers returns, per task, the members that should keep its standby:
+// they held it, were its valid previous owner, or report a copy.
+func (in haInput) keepers() []map[string]bool {
+	out := make([]map[string]bool, in.p)
+	for t := range out {
+		out[t] = map[string]bool{}
 	}
 	owner, ok := prevOwner(in.input)
-	if ok[t] && owner[t] == id {
-		return true
+	for _, id := range in.members {
+		for t := range in.p {
+			_, has := in.lagOf(id, t)
+			if has || ok[t] && owner[t] == id || slices.Contains(in.opt.PreviousStandby[id], t) {
+				out[t][id] = true
+			}
+		}
 	}
-	if slices.Contains(in.opt.PreviousStandby[id], t) {
-		return true
-	}
-	_, has := in.lagOf(id, t)
-	return has
+	return out
 }
 
 // checkHAPlan checks plan against the rules. A repair that hands a kept
@@ -314,13 +316,14 @@ func checkHAPlan(t *testing.T, in haInput, plan Plan, repairedKept bool) {
 			// Stickiness: a member that should keep a standby loses
 			// it only to a task full of keepers or when it is full
 			// of kept standbys itself.
+			keep := in.keepers()
 			for _, id := range in.members {
 				for task := range in.p {
-					if active[task] == id || !in.stickyFor(id, task) || slices.Contains(per[task], id) {
+					if active[task] == id || !keep[task][id] || slices.Contains(per[task], id) {
 						continue
 					}
-					fullTask := !slices.ContainsFunc(per[task], func(o string) bool { return !in.stickyFor(o, task) })
-					fullMember := !slices.ContainsFunc(plan.Standby[id], func(u int) bool { return !in.stickyFor(id, u) })
+					fullTask := !slices.ContainsFunc(per[task], func(o string) bool { return !keep[task][o] })
+					fullMember := !slices.ContainsFunc(plan.Standby[id], func(u int) bool { return !keep[u][id] })
 					if !fullTask && !fullMember && !repairedKept {
 						t.Fatalf("%v: %s should have kept its standby of %d: standbys %v, actives %v", in, id, task, plan.Standby, plan.Assignment)
 					}
