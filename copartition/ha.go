@@ -535,7 +535,7 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 	}
 
 	// Who should keep what, ranked per task.
-	var cands []sticky
+	cands := make([]sticky, 0, len(ha.prevStandby)+pl.p+len(ha.copyMember))
 	for _, ps := range ha.prevStandby {
 		cands = append(cands, sticky{ps.t, ps.m, math.MaxInt64, 's'})
 	}
@@ -597,6 +597,9 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 	})
 	for _, i := range order[:extra] {
 		s.tgt[i]++
+	}
+	for i := range m {
+		s.held[i] = make([]int32, 0, s.tgt[i])
 	}
 	if tr != nil {
 		fmt.Fprintf(tr.w, "standbys: K = %d, M = %d -> %d per task, %d in all; targets:", ha.opt.Standbys, pl.m, k, total)
