@@ -125,6 +125,20 @@ func NewFleet(b *Broker, dir string, template node.Config) *Fleet {
 // Dir/<instance>, so a worker started again with the same id finds its
 // stores.
 func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
+	// A crashed worker of the same instance winds down first, as a killed
+	// process is gone before it restarts: it holds the state dir's stores.
+	f.mu.Lock()
+	var winding []*Running
+	for _, r := range f.crashed {
+		if r.Node.Worker().Stats().Instance == instance {
+			winding = append(winding, r)
+		}
+	}
+	f.mu.Unlock()
+	for _, r := range winding {
+		err := <-r.done
+		r.done <- err // for StopAll
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.running[instance]; ok {
@@ -192,6 +206,33 @@ func (f *Fleet) Crash(instance string) error {
 	r.net.cut()
 	r.cancel()
 	f.crashed = append(f.crashed, r)
+	return nil
+}
+
+// Isolate cuts a running worker off the broker and keeps it running, as a
+// paused process (SIGSTOP) or a network partition would: it cannot
+// heartbeat, fetch, write or commit until Heal. Past the session timeout
+// the group gives its tasks to others.
+func (f *Fleet) Isolate(instance string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.running[instance]
+	if !ok {
+		return fmt.Errorf("worker %s is not running", instance)
+	}
+	r.net.cut()
+	return nil
+}
+
+// Heal reconnects a worker cut off by Isolate.
+func (f *Fleet) Heal(instance string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.running[instance]
+	if !ok {
+		return fmt.Errorf("worker %s is not running", instance)
+	}
+	r.net.heal()
 	return nil
 }
 
@@ -481,5 +522,12 @@ func (c *cutter) cut() {
 	for conn := range c.conns {
 		_ = conn.Close()
 	}
-	c.conns = nil
+	c.conns = map[net.Conn]struct{}{}
+}
+
+// heal lets new dials through again.
+func (c *cutter) heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = false
 }

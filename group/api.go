@@ -134,4 +134,12 @@ type Handler interface {
 	// leaves, while the current generation can still commit: the handler
 	// commits what it has processed (through Member.Commit).
 	Rebalancing(ctx context.Context)
+	// Lost is called instead of Rebalancing when the member learns that
+	// its membership was lost (unknown member id, fenced instance id,
+	// illegal generation, or heartbeats failing for a session timeout):
+	// other members may hold its tasks already. The generation is dropped
+	// before the call, so commits fail. The handler stops every task at
+	// once, writes nothing more for them, and starts any task it is given
+	// again from the group's committed offsets. err says why.
+	Lost(ctx context.Context, err error)
 }

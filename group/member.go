@@ -46,6 +46,9 @@ type Member struct {
 	gen        generation // the generation Commit uses; valid between SyncGroup and the start of a rebalance
 	current    Assignment
 	hasCurrent bool
+	// lastAlive is when the coordinator last confirmed the generation (the
+	// SyncGroup or a heartbeat answer); see Active.
+	lastAlive time.Time
 
 	// metadataEvery is how often the planning leader compares partition
 	// counts with its plan (metadataCheckEvery; tests shorten it).
@@ -237,6 +240,7 @@ func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord 
 	m.mu.Lock()
 	m.gen = generation{id: a.Generation, memberID: memberID, valid: true}
 	m.current, m.hasCurrent = a, true
+	m.lastAlive = time.Now()
 	m.mu.Unlock()
 
 	m.cfg.Handler.Assigned(ctx, a)
@@ -244,16 +248,35 @@ func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord 
 	if m.abandoned.Load() {
 		return err
 	}
-	lost := err != nil && !errors.Is(err, kafka.RebalanceInProgress) && !errors.Is(err, errMetadataChanged)
-	if lost {
-		m.dropGeneration()
-		m.log.Warn("group: membership lost", "generation", a.Generation, "err", err)
-	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
+	defer cancel()
+	if err != nil && !errors.Is(err, kafka.RebalanceInProgress) && !errors.Is(err, errMetadataChanged) {
+		m.dropGeneration()
+		m.log.Warn("group: membership lost; every task of this member is lost", "generation", a.Generation, "err", err)
+		m.cfg.Handler.Lost(rctx, err)
+		return err
+	}
 	m.cfg.Handler.Rebalancing(rctx)
-	cancel()
 	m.dropGeneration()
 	return err
+}
+
+// Active reports whether the member holds a generation that the
+// coordinator confirmed less than a session timeout ago. A member that was
+// paused (SIGSTOP, a long GC, a frozen VM) for longer than that may have
+// been replaced without knowing it yet: work done for its tasks must not
+// be written until a heartbeat answers again (then either Active is true,
+// or Handler.Lost has been called).
+func (m *Member) Active() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen.valid && time.Since(m.lastAlive) < m.cfg.SessionTimeout
+}
+
+func (m *Member) alive() {
+	m.mu.Lock()
+	m.lastAlive = time.Now()
+	m.mu.Unlock()
 }
 
 func (m *Member) dropGeneration() {
@@ -292,10 +315,14 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 		switch {
 		case err == nil:
 			lastOK = time.Now()
+			m.alive()
 			continue
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, kafka.RebalanceInProgress):
+			// The coordinator still knows this generation: it may commit
+			// (Handler.Rebalancing) until the member rejoins.
+			m.alive()
 			m.log.Info("group: rebalance started", "generation", a.Generation)
 			return err
 		case classify(err) != actBackoff:

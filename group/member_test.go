@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,8 +51,11 @@ type recorder struct {
 	mu          sync.Mutex
 	assigned    []Assignment
 	rebalancing int
+	lost        []error
 	// onRebalancing, when set, runs inside Rebalancing.
 	onRebalancing func(ctx context.Context)
+	// onLost, when set, runs inside Lost.
+	onLost func(ctx context.Context, err error)
 }
 
 func (r *recorder) Assigned(_ context.Context, a Assignment) {
@@ -70,6 +74,18 @@ func (r *recorder) Rebalancing(ctx context.Context) {
 	r.mu.Lock()
 	r.rebalancing++
 	r.mu.Unlock()
+}
+
+func (r *recorder) Lost(ctx context.Context, err error) {
+	r.mu.Lock()
+	fn := r.onLost
+	r.mu.Unlock()
+	if fn != nil {
+		fn(ctx, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lost = append(r.lost, err)
 }
 
 func (r *recorder) setOnRebalancing(fn func(context.Context)) {
@@ -331,7 +347,7 @@ func TestGrowAndShrink(t *testing.T) {
 		for _, x := range m.rec.assigned {
 			gens = append(gens, x.Generation)
 		}
-		n, r := len(m.rec.assigned), m.rec.rebalancing
+		n, r := len(m.rec.assigned), m.rec.rebalancing+len(m.rec.lost)
 		m.rec.mu.Unlock()
 		if !slices.IsSorted(gens) || len(slices.Compact(slices.Clone(gens))) != len(gens) {
 			t.Errorf("%s: Assigned generations %v", m.id, gens)
@@ -643,4 +659,89 @@ func TestLeaderReplansWhenPartitionsChange(t *testing.T) {
 		cur, ok := a.Current()
 		return ok && cur.Error == "" && cur.Partitions == 8 && len(cur.Topics["notifications"]) == 8
 	})
+}
+
+// TestLostMembershipCallsLost: heartbeats that fail for a session timeout
+// deliver Lost instead of Rebalancing, with the generation already
+// dropped (not Active, commits fail); once the heartbeats go through again
+// the member rejoins and is Active with a new assignment.
+func TestLostMembershipCallsLost(t *testing.T) {
+	c := startCluster(t, 1)
+	a := startMember(t, c.ListenAddrs(), "pod-a", nil)
+	stableTasks(t, a)
+	if !a.Active() {
+		t.Fatal("a member holding a fresh generation is not Active")
+	}
+	type atLoss struct {
+		active    bool
+		commitErr error
+	}
+	seen := make(chan atLoss, 10)
+	a.rec.mu.Lock()
+	a.rec.onLost = func(ctx context.Context, _ error) {
+		err := a.Commit(ctx, map[string]map[int]int64{"market": {0: 1}})
+		seen <- atLoss{a.Active(), err}
+	}
+	a.rec.mu.Unlock()
+	var failing atomic.Bool
+	failing.Store(true)
+	c.ControlKey(int16(kmsg.Heartbeat), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if failing.Load() {
+			return nil, errors.New("injected: heartbeat lost"), true
+		}
+		return nil, nil, false
+	})
+	n, _ := a.rec.counts()
+	began := time.Now()
+	var got atLoss
+	select {
+	case got = <-seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost was not called")
+	}
+	if d := time.Since(began); d < 900*time.Millisecond {
+		t.Errorf("Lost after %v, before the session timeout (1s) passed", d)
+	}
+	if got.active || !errors.Is(got.commitErr, ErrRebalancing) {
+		t.Errorf("inside Lost: Active %v, commit error %v; want false and ErrRebalancing", got.active, got.commitErr)
+	}
+	a.rec.mu.Lock()
+	rebalancing := a.rec.rebalancing
+	a.rec.mu.Unlock()
+	if rebalancing != 0 {
+		t.Errorf("Rebalancing was called %d times for a lost membership", rebalancing)
+	}
+	failing.Store(false)
+	waitFor(t, 10*time.Second, "a new assignment after the loss", func() bool {
+		m, _ := a.rec.counts()
+		return m > n && a.Active()
+	})
+}
+
+// TestActiveNeedsARecentHeartbeat: a valid generation that the coordinator
+// has not confirmed for a session timeout (the process was paused) is not
+// Active, before any heartbeat has told the member so.
+func TestActiveNeedsARecentHeartbeat(t *testing.T) {
+	m, err := New(Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", InstanceID: "i", Topics: testTopics, Handler: &recorder{}, SessionTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		valid bool
+		ago   time.Duration
+		want  bool
+	}{
+		{true, 0, true},
+		{true, 900 * time.Millisecond, true},
+		{true, 1100 * time.Millisecond, false},
+		{false, 0, false},
+	} {
+		m.mu.Lock()
+		m.gen.valid, m.lastAlive = c.valid, time.Now().Add(-c.ago)
+		m.mu.Unlock()
+		if got := m.Active(); got != c.want {
+			t.Errorf("valid %v, confirmed %v ago: Active = %v, want %v", c.valid, c.ago, got, c.want)
+		}
+	}
 }

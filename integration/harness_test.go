@@ -116,6 +116,8 @@ type cluster struct {
 
 	alerts *alertReader
 	writer *kafka.Writer
+	// extraArgs are appended to every worker's command line.
+	extraArgs []string
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9-]+`)
@@ -341,6 +343,7 @@ func (c *cluster) start(id string) *worker {
 		"--state-dir", w.stateDir,
 		"--http-addr", w.addr,
 	}, workerFlags...)
+	args = append(args, c.extraArgs...)
 	w.cmd = exec.Command(joinerBin, args...)
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	if err := w.cmd.Start(); err != nil {

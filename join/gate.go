@@ -43,6 +43,15 @@ func (g *gate) enter(ctx context.Context) error {
 	}
 }
 
+// hold counts one more batch in flight for a caller that has entered: it
+// does not wait, even if the gate closed meanwhile. Each hold is ended by
+// a leave.
+func (g *gate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.inflight++
+}
+
 // leave ends a batch.
 func (g *gate) leave() {
 	g.mu.Lock()

@@ -6,21 +6,30 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Price is the answer of GET /v1/prices/{symbol}.
+// Price is the answer of GET /v1/prices/{symbol}: one version of the
+// symbol's price, the tick at TsMs from market offset Offset.
 type Price struct {
 	Symbol string  `json:"symbol"`
 	Price  float64 `json:"price"`
 	TsMs   int64   `json:"ts_ms"`
+	Offset int64   `json:"offset"`
 	Task   int     `json:"task"`
+	// AtMs is the time asked for (at_ms), absent without one.
+	AtMs *int64 `json:"at_ms,omitempty"`
+	// Late is true when at_ms is older than the retained history: the
+	// answer is then the oldest version kept, newer than at_ms.
+	Late bool `json:"late"`
 }
 
 // Handler serves the worker's HTTP API on one listener:
@@ -29,11 +38,14 @@ type Price struct {
 //	/healthz              200 while the process is up
 //	/readyz               200 once assigned and every state task restored, else 503
 //	/v1/assignment        this member's assignment and join counts (JSON)
-//	/v1/prices/{symbol}   the symbol's price from the local store: 200, 404
-//	                      when unknown, 421 when this member does not hold
-//	                      the symbol's task, 503 while it is restoring.
-//	                      ?after_ms=T first waits (up to MaxTaskIdle) until
-//	                      the task has been read past T or to its end.
+//	/v1/prices/{symbol}   the symbol's price from the local store: the
+//	                      latest, or with ?at_ms=T the version as of T
+//	                      (after first waiting, up to MaxTaskIdle, until the
+//	                      task has been read past T or to its end). 200,
+//	                      404 when there was no price (then), 421 when
+//	                      this member does not hold the symbol's task, 503
+//	                      while it is restoring. after_ms is an alias of
+//	                      at_ms.
 func (w *Worker) Handler(gatherer prometheus.Gatherer) http.Handler {
 	if gatherer == nil {
 		gatherer = w.reg
@@ -67,13 +79,20 @@ func (w *Worker) servePrice(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, fmt.Sprintf("task %d of %q is not held by %s", q, symbol, w.cfg.InstanceID), http.StatusMisdirectedRequest)
 		return
 	}
-	if v := r.URL.Query().Get("after_ms"); v != "" {
-		after, err := strconv.ParseInt(v, 10, 64)
+	at := int64(math.MaxInt64)
+	var atMs *int64
+	q1 := r.URL.Query()
+	if v, name := q1.Get("at_ms"), "at_ms"; v != "" || q1.Get("after_ms") != "" {
+		if v == "" {
+			v, name = q1.Get("after_ms"), "after_ms"
+		}
+		t, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			http.Error(rw, "after_ms must be Unix milliseconds", http.StatusBadRequest)
+			http.Error(rw, name+" must be Unix milliseconds", http.StatusBadRequest)
 			return
 		}
-		if err := st.waitFor(r.Context(), after, w.cfg.MaxTaskIdle); err != nil && r.Context().Err() != nil {
+		at, atMs = t, &t
+		if err := st.waitFor(r.Context(), at, w.cfg.MaxTaskIdle); err != nil && r.Context().Err() != nil {
 			return
 		}
 	}
@@ -81,7 +100,7 @@ func (w *Worker) servePrice(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, fmt.Sprintf("task %d is restoring", q), http.StatusServiceUnavailable)
 		return
 	}
-	tick, ok, err := st.get(symbol)
+	tick, match, err := st.getAsOf(symbol, at)
 	switch {
 	case errors.Is(err, errTaskStopped):
 		http.Error(rw, err.Error(), http.StatusMisdirectedRequest)
@@ -89,12 +108,13 @@ func (w *Worker) servePrice(rw http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		http.Error(rw, err.Error(), http.StatusInternalServerError)
 		return
-	case !ok:
+	case match == statestore.Miss:
 		http.Error(rw, fmt.Sprintf("no price for %q", symbol), http.StatusNotFound)
 		return
 	}
 	rw.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(rw).Encode(Price{Symbol: symbol, Price: tick.Price, TsMs: tick.TimestampMs, Task: q})
+	_ = json.NewEncoder(rw).Encode(Price{Symbol: symbol, Price: tick.Price, TsMs: tick.TimestampMs, Offset: tick.Offset,
+		Task: q, AtMs: atMs, Late: match == statestore.Late})
 }
 
 // remoteClient looks prices up from their owners.
@@ -110,7 +130,7 @@ type remoteClient struct {
 func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, tsMs int64) (p Price, found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	u := "http://" + addr + "/v1/prices/" + url.PathEscape(symbol) + "?after_ms=" + strconv.FormatInt(tsMs, 10)
+	u := "http://" + addr + "/v1/prices/" + url.PathEscape(symbol) + "?at_ms=" + strconv.FormatInt(tsMs, 10)
 	start := time.Now()
 	defer func() { c.hist.Observe(time.Since(start).Seconds()) }()
 	for attempt := 0; ; attempt++ {

@@ -2,10 +2,12 @@ package join
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -48,10 +50,11 @@ func (w *Worker) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionR
 }
 
 // Bounds of the merge: how many records one side buffers before its reader
-// waits, and how many alerts a merge pass collects before writing them.
+// waits, and how many notifications are joined in one chunk, whose alerts
+// are written while the next chunk is joined.
 const (
 	mergeBufferRecords = 20000
-	mergeFlushAlerts   = 5000
+	mergeChunk         = 2000
 )
 
 // runMerged processes a task whose state is local: it reads market-p and
@@ -73,18 +76,29 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 	}()
 	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
 	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait), log)
-	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
-
-	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1}
+	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
+	m.out = t.startOutbox(fctx, &wg)
+	lookupFailures := 0
 	for {
-		if err := w.gate.enter(ctx); err != nil {
+		if err := m.enterGate(ctx); err != nil {
 			return
 		}
 		err := m.pass(ctx)
 		w.gate.leave()
+		if errors.Is(err, errLookup) && ctx.Err() == nil {
+			// What was joined before the failure is written; the rest
+			// waits in the buffers.
+			log.Warn("cannot look prices up; retrying", "err", err)
+			if sleep(ctx, backoff(lookupFailures)) != nil {
+				return
+			}
+			lookupFailures++
+			continue
+		}
 		if err != nil {
 			return // ctx ended, or the store closed under us: the task is stopping
 		}
+		lookupFailures = 0
 
 		// Wait for more input, or decide that the side we wait for is at
 		// its end.
@@ -102,7 +116,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 			}
 			idle = w.cfg.MaxTaskIdle - time.Since(m.waitStart)
 			if idle <= 0 {
-				m.force = true
+				m.forceAfterDrain(mCh, nCh)
 				continue
 			}
 		}
@@ -125,26 +139,11 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		// other side does not restart it.
 		select {
 		case f := <-mIn:
-			m.mNext = f.next
-			if len(f.recs) > 0 {
-				if len(m.mbuf) == 0 {
-					m.progressed()
-				}
-				m.mbuf = append(m.mbuf, f.recs...)
-			}
+			m.takeMarket(f)
 		case f := <-nIn:
-			m.nNext = f.next
-			if len(f.recs) > 0 {
-				if len(m.nbuf) == 0 {
-					m.progressed()
-				}
-				m.nbuf = append(m.nbuf, f.recs...)
-			}
-			if f.hwm >= 0 {
-				lag.Set(float64(max(f.hwm-f.next, 0) + int64(len(m.nbuf))))
-			}
+			m.takeNotifications(f)
 		case <-timeout:
-			m.force = true
+			m.forceAfterDrain(mCh, nCh)
 		case <-ctx.Done():
 		}
 		if timer != nil {
@@ -163,6 +162,10 @@ type merger struct {
 
 	mbuf, nbuf   []record
 	mNext, nNext int64 // the readers' positions after their last fetch
+	lag          prometheus.Gauge
+	// out writes the alerts of joined chunks in order while the merge goes
+	// on; nil writes them synchronously (tests).
+	out chan<- chunk
 
 	// The current wait: when it began, whether the other side's end was
 	// checked, and whether the buffered side may go ahead regardless.
@@ -173,6 +176,65 @@ type merger struct {
 
 func (m *merger) progressed() {
 	m.waitStart, m.checked = time.Time{}, false
+}
+
+// enterGate passes the rebalance gate. The time spent waiting at it does
+// not count as idle: a pause is not evidence that the other side has
+// nothing more.
+func (m *merger) enterGate(ctx context.Context) error {
+	began := time.Now()
+	if err := m.t.w.gate.enter(ctx); err != nil {
+		return err
+	}
+	if !m.waitStart.IsZero() {
+		m.waitStart = m.waitStart.Add(time.Since(began))
+	}
+	return nil
+}
+
+func (m *merger) takeMarket(f fetched) {
+	m.mNext = f.next
+	if len(f.recs) > 0 {
+		if len(m.mbuf) == 0 {
+			m.progressed()
+		}
+		m.mbuf = append(m.mbuf, f.recs...)
+	}
+}
+
+func (m *merger) takeNotifications(f fetched) {
+	m.nNext = f.next
+	if len(f.recs) > 0 {
+		if len(m.nbuf) == 0 {
+			m.progressed()
+		}
+		m.nbuf = append(m.nbuf, f.recs...)
+	}
+	if f.hwm >= 0 {
+		m.lag.Set(float64(max(f.hwm-f.next, 0) + int64(len(m.nbuf))))
+	}
+}
+
+// forceAfterDrain ends an idle wait: it first takes every batch already
+// fetched (without waiting for more), and forces the buffered side ahead
+// only if the side waited for is still empty. A batch that was fetched
+// while the merge loop was busy, or paused, is never overtaken.
+func (m *merger) forceAfterDrain(mCh, nCh <-chan fetched) {
+	for {
+		select {
+		case f := <-mCh:
+			m.takeMarket(f)
+			continue
+		case f := <-nCh:
+			m.takeNotifications(f)
+			continue
+		default:
+		}
+		break
+	}
+	if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
+		m.force = true
+	}
 }
 
 // otherSideAtEnd reports whether the side with nothing buffered has been
@@ -192,39 +254,59 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 }
 
 // pass consumes the buffers as far as the merge order allows: ticks are
-// applied to the store, notifications joined, and their alerts written
-// (and acknowledged) at the end of the pass or every mergeFlushAlerts.
+// applied to the store, notifications joined in chunks of at most
+// mergeChunk, and each chunk's alerts handed to the outbox, which writes
+// them while the next chunk is joined (without an outbox: written and
+// acknowledged before the pass goes on).
 func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
-		alerts []Alert
-		dead   []deadLetter
-		acked  int64 = -1
+		alerts  []Alert
+		dead    []deadLetter
+		acked   int64 = -1
+		ackedTs int64 = -1
 	)
 	flush := func() error {
 		if acked < 0 {
 			return nil
 		}
-		if err := t.flush(ctx, alerts, dead); err != nil {
-			return err
+		c := chunk{alerts: alerts, dead: dead, next: acked, ts: ackedTs}
+		alerts, dead, acked = nil, nil, -1
+		if m.out == nil {
+			if err := t.flush(ctx, c.alerts, c.dead); err != nil {
+				return err
+			}
+			t.ack(c.next, c.ts)
+			return nil
 		}
-		t.acked.Store(acked)
-		alerts, dead, acked = alerts[:0], dead[:0], -1
-		return nil
+		// The chunk stays in flight for the rebalance gate until the
+		// outbox has it acknowledged.
+		t.w.gate.hold()
+		select {
+		case m.out <- c:
+			return nil
+		case <-ctx.Done():
+			t.w.gate.leave()
+			return ctx.Err()
+		}
 	}
 	join := func(recs []record) error {
 		good, bad := t.decode(recs)
 		a, err := t.joinAll(ctx, good)
+		if errors.Is(err, errLookup) {
+			if ferr := flush(); ferr != nil {
+				return ferr
+			}
+			return err
+		}
 		if err != nil {
 			return err
 		}
 		alerts, dead = append(alerts, a...), append(dead, bad...)
 		acked = recs[len(recs)-1].Offset + 1
+		ackedTs = max(ackedTs, maxTs(recs))
 		m.nbuf = m.nbuf[len(recs):]
-		if len(alerts) >= mergeFlushAlerts {
-			return flush()
-		}
-		return nil
+		return flush()
 	}
 	apply := func(recs []record) error {
 		if err := m.st.applyRetrying(ctx, recs, m.st.dlqFrom); err != nil {
@@ -242,25 +324,22 @@ func (m *merger) pass(ctx context.Context) error {
 				err = apply(m.mbuf[:k])
 			} else {
 				tick := m.mbuf[0].Time.UnixMilli()
-				err = join(m.nbuf[:prefix(m.nbuf, func(ts int64) bool { return ts < tick })])
+				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), mergeChunk)], func(ts int64) bool { return ts < tick })])
 			}
 		case len(m.nbuf) > 0 && m.force:
-			err = join(m.nbuf)
+			err = join(m.nbuf[:min(len(m.nbuf), mergeChunk)])
 		case len(m.mbuf) > 0 && m.force:
 			err = apply(m.mbuf)
 		default:
-			m.force = false
-			if len(m.mbuf) == 0 && len(m.nbuf) == 0 {
+			// Forced or not, the side that went ahead is drained.
+			if m.force || (len(m.mbuf) == 0 && len(m.nbuf) == 0) {
+				m.force = false
 				m.progressed()
 			}
 			return flush()
 		}
 		if err != nil {
 			return err
-		}
-		if m.force {
-			m.force = false
-			m.progressed()
 		}
 	}
 }
@@ -274,4 +353,58 @@ func prefix(recs []record, ok func(tsMs int64) bool) int {
 		}
 	}
 	return len(recs)
+}
+
+// chunk is the output of one joined chunk of notifications: its alerts and
+// dead letters, and the offset after its last notification with the
+// newest timestamp in it, acknowledged once they are written.
+type chunk struct {
+	alerts []Alert
+	dead   []deadLetter
+	next   int64
+	ts     int64
+}
+
+// outboxDepth is how many joined chunks may wait for the writer: the merge
+// joins ahead while the oldest is written, and blocks past that.
+const outboxDepth = 2
+
+// startOutbox starts the task's writer goroutine (owned by wg, stopped by
+// ctx): it writes the chunks in order, waits for each acknowledgement,
+// then advances the task's acknowledged offset and releases the chunk's
+// hold on the rebalance gate. Chunks not written when ctx ends are
+// dropped unacknowledged: they are read again by whoever processes the
+// task next.
+func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<- chunk {
+	ch := make(chan chunk, outboxDepth)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() {
+			for {
+				select {
+				case <-ch:
+					t.w.gate.leave()
+				default:
+					return
+				}
+			}
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case c := <-ch:
+				err := t.flush(ctx, c.alerts, c.dead)
+				if err == nil {
+					t.ack(c.next, c.ts)
+				}
+				t.w.gate.leave()
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return ch
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,5 +145,91 @@ func TestMergePassHoldsTicksForOlderNotifications(t *testing.T) {
 	}
 	if len(m.mbuf) != 0 || pt.st.appliedOffset() != 0 {
 		t.Fatalf("forced pass did not apply the tick")
+	}
+}
+
+// A pause at the rebalance gate longer than MaxTaskIdle does not count as
+// idle time: the wait for the other side resumes where it was.
+func TestMergeIdleClockStopsAtTheGate(t *testing.T) {
+	w, pt, _ := newTestWorker(t)
+	w.cfg.MaxTaskIdle = 100 * time.Millisecond
+	m := merger{t: pt, st: pt.st, waitStart: time.Now()}
+	w.gate.close(context.Background())
+	go func() {
+		time.Sleep(3 * w.cfg.MaxTaskIdle)
+		w.gate.reopen()
+	}()
+	if err := m.enterGate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.gate.leave()
+	if waited := time.Since(m.waitStart); waited >= w.cfg.MaxTaskIdle {
+		t.Errorf("after a gate pause of %v the wait counts %v idle, want less than MaxTaskIdle (%v)", 3*w.cfg.MaxTaskIdle, waited, w.cfg.MaxTaskIdle)
+	}
+}
+
+// When an idle wait runs out, the batches already fetched are taken first:
+// a tick fetched while the loop was paused is applied before the
+// notification that waited for it, instead of being overtaken by a forced
+// join.
+func TestMergeForceTakesFetchedBatchesFirst(t *testing.T) {
+	_, pt, client := newTestWorker(t)
+	m := merger{t: pt, st: pt.st, mNext: 0, nNext: 1,
+		nbuf: []record{recAt(0, 2000, `{"id":"n","symbol":"BBCA"}`)},
+		lag:  pt.w.metrics.TaskLag.WithLabelValues("0"),
+	}
+	mCh, nCh := make(chan fetched, 1), make(chan fetched, 1)
+	mCh <- fetched{recs: []record{recAt(0, 1500, `{"symbol":"BBCA","price":7}`)}, next: 1}
+	m.forceAfterDrain(mCh, nCh)
+	if m.force || len(m.mbuf) != 1 {
+		t.Fatalf("forced with a fetched tick waiting: force %v, %d ticks buffered", m.force, len(m.mbuf))
+	}
+	if err := m.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.forceAfterDrain(mCh, nCh) // nothing fetched now: the notification goes ahead
+	if !m.force {
+		t.Fatal("not forced with nothing fetched")
+	}
+	if err := m.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a := readAlerts(t, client, 1)["n"]
+	if a.Price == nil || *a.Price != 7 || a.PriceTsMs != 1500 {
+		t.Errorf("joined %+v, want the tick at 1500 (price 7)", a)
+	}
+}
+
+// The outbox writes joined chunks while the merge goes on, and a rebalance
+// (closing the gate) waits until every chunk handed to it is acknowledged,
+// so the commit it makes covers them.
+func TestOutboxChunksHoldTheGate(t *testing.T) {
+	w, pt, client := newTestWorker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var nbuf []record
+	for i := range 2*mergeChunk + 10 {
+		nbuf = append(nbuf, recAt(int64(i), 1000+i, fmt.Sprintf(`{"id":"n%d","symbol":"BBCA"}`, i)))
+	}
+	m := merger{t: pt, st: pt.st, nbuf: nbuf, force: true, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	m.out = pt.startOutbox(ctx, &wg)
+	if err := w.gate.enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.gate.leave()
+	if !w.gate.close(ctx) {
+		t.Fatal("the gate did not drain")
+	}
+	if got, want := pt.acked.Load(), int64(len(nbuf)); got != want {
+		t.Errorf("gate closed with acked %d, want %d: a chunk was still being written", got, want)
+	}
+	if n := len(readAlerts(t, client, len(nbuf))); n != len(nbuf) {
+		t.Errorf("%d alerts written, want %d", n, len(nbuf))
 	}
 }

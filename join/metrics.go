@@ -27,6 +27,8 @@ type Metrics struct {
 	CommitErrors     prometheus.Counter     // joiner_commit_errors_total
 	ProduceErrors    prometheus.Counter     // joiner_produce_errors_total
 	FetchErrors      prometheus.Counter     // joiner_fetch_errors_total
+	PruneSeconds     prometheus.Histogram   // joiner_prune_seconds
+	TasksLost        prometheus.Counter     // joiner_tasks_lost_total
 }
 
 // NewMetrics registers the worker metrics on reg.
@@ -35,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Joins: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "joiner_joins_total",
-			Help: "Joins of a notification with a price, by result: local (own store), remote (looked up from the owner), miss (no price anywhere).",
+			Help: "Joins of a notification with its price as of the notification's time, by result: local (own store), remote (looked up from the owner), late (older than the retained history: the oldest kept price), miss (no price then).",
 		}, []string{"result"}),
 		Tasks: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "joiner_tasks",
@@ -99,10 +101,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "joiner_fetch_errors_total",
 			Help: "Failed fetches or offset lookups (retried with backoff).",
 		}),
+		PruneSeconds: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "joiner_prune_seconds",
+			Help:    "Time to prune one task's price history to the retention.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		TasksLost: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_tasks_lost_total",
+			Help: "Tasks stopped because this member's group membership was lost (they restart from the committed offsets if assigned again).",
+		}),
 	}
 	// Pre-create the label values users alert on, so absent series do not
 	// hide a problem.
-	for _, r := range []Result{ResultLocal, ResultRemote, ResultMiss} {
+	for _, r := range []Result{ResultLocal, ResultRemote, ResultLate, ResultMiss} {
 		m.Joins.WithLabelValues(string(r))
 	}
 	for _, r := range []string{"active", "restoring"} {

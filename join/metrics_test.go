@@ -56,8 +56,8 @@ func TestRemoteLookup(t *testing.T) {
 		case r.URL.Path == "/v1/prices/BAD":
 			http.Error(w, "boom", http.StatusInternalServerError)
 		default:
-			if r.URL.Query().Get("after_ms") != "42" {
-				http.Error(w, "after_ms missing", http.StatusBadRequest)
+			if r.URL.Query().Get("at_ms") != "42" {
+				http.Error(w, "at_ms missing", http.StatusBadRequest)
 				return
 			}
 			fmt.Fprintf(w, `{"symbol":%q,"price":12.5,"ts_ms":7,"task":1}`, strings.TrimPrefix(r.URL.Path, "/v1/prices/"))

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/statestore"
 )
 
 // processTask joins the notifications of partition p with prices. It owns
@@ -21,12 +24,22 @@ type processTask struct {
 	st      *stateTask
 	stopped chan struct{}
 	acked   atomic.Int64 // -1 until the first batch is acknowledged
+	// ackedTs is the greatest timestamp of the acknowledged notifications.
+	ackedTs atomic.Int64
 }
 
 func newProcessTask(w *Worker, p int, st *stateTask) *processTask {
 	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{})}
 	t.acked.Store(-1)
+	t.ackedTs.Store(-1)
 	return t
+}
+
+// ack records that the alerts of the notifications before offset next,
+// the newest at tsMs, are acknowledged.
+func (t *processTask) ack(next, tsMs int64) {
+	t.ackedTs.Store(max(t.ackedTs.Load(), tsMs))
+	t.acked.Store(next)
 }
 
 func (t *processTask) run(ctx context.Context) {
@@ -54,6 +67,7 @@ func (t *processTask) run(ctx context.Context) {
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
 	r := newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait)
 	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
+	lookupFailures := 0
 	for attempt := 0; ctx.Err() == nil; {
 		recs, err := r.fetch(ctx)
 		if err != nil {
@@ -81,10 +95,27 @@ func (t *processTask) run(ctx context.Context) {
 		if err != nil {
 			// Not acknowledged: read the batch again.
 			r.next = recs[0].Offset
+			if errors.Is(err, errLookup) {
+				log.Warn("cannot look prices up; retrying the batch", "from_offset", r.next, "err", err)
+				if sleep(ctx, backoff(lookupFailures)) != nil {
+					return
+				}
+				lookupFailures++
+			}
 			continue
 		}
-		t.acked.Store(r.next)
+		lookupFailures = 0
+		t.ack(r.next, maxTs(recs))
 	}
+}
+
+// maxTs is the greatest record timestamp of recs, in Unix ms.
+func maxTs(recs []record) int64 {
+	ts := int64(-1)
+	for _, r := range recs {
+		ts = max(ts, r.Time.UnixMilli())
+	}
+	return ts
 }
 
 // pending is a decoded notification waiting for its price.
@@ -114,21 +145,7 @@ func (t *processTask) decode(recs []record) (good []pending, dead []deadLetter) 
 // writes its alerts and dead letters. It returns an error only when ctx
 // ended before they were acknowledged.
 func (t *processTask) handle(ctx context.Context, recs []record) error {
-	w := t.w
 	good, dead := t.decode(recs)
-	// Hold the batch until each local task it needs has been read past its
-	// notifications (or to its end), bounded by MaxTaskIdle.
-	maxTs := map[int]int64{}
-	for _, g := range good {
-		maxTs[g.task] = max(maxTs[g.task], g.ts)
-	}
-	for q, ts := range maxTs {
-		if st := w.stateTask(q); st != nil {
-			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
-				return err
-			}
-		}
-	}
 	alerts, err := t.joinAll(ctx, good)
 	if err != nil {
 		return err
@@ -136,36 +153,70 @@ func (t *processTask) handle(ctx context.Context, recs []record) error {
 	return t.flush(ctx, alerts, dead)
 }
 
-// joinAll looks up the price of each notification. Local lookups are store
-// reads; remote ones are HTTP calls, made concurrently (bounded) so that a
-// batch costs about one round trip.
+// joinAll looks up the price of each notification as of its timestamp.
+// Local lookups are store reads, after the store has been read past the
+// notifications (or to its end; bounded by MaxTaskIdle). The task's own
+// store when it runs merged is already there. Remote lookups are HTTP
+// calls, made concurrently (bounded) so that a batch costs about one round
+// trip; the owner does the same wait.
 func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, error) {
 	w := t.w
+	newest := map[int]int64{}
+	for _, g := range good {
+		if t.st == nil || g.task != t.p {
+			newest[g.task] = max(newest[g.task], g.ts)
+		}
+	}
+	for q, ts := range newest {
+		if st := w.stateTask(q); st != nil {
+			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
+				return nil, err
+			}
+		}
+	}
 	alerts := make([]Alert, len(good))
 	sem := make(chan struct{}, remoteConcurrency)
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		failed  error
+	)
+	fail := func(err error) { errOnce.Do(func() { failed = err }) }
 	for i, g := range good {
 		alerts[i] = Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
 		a := &alerts[i]
 		if w.stateTask(g.task) != nil {
-			a.Result, a.Price, a.PriceTsMs = w.lookup(ctx, g.task, g.n.Symbol, g.ts)
+			if err := w.lookup(ctx, a, g.task, g.n.Symbol, g.ts); err != nil {
+				fail(err)
+			}
 			continue
 		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			a.Result, a.Price, a.PriceTsMs = w.lookup(ctx, g.task, g.n.Symbol, g.ts)
+			if err := w.lookup(ctx, a, g.task, g.n.Symbol, g.ts); err != nil {
+				fail(err)
+			}
 		}()
 	}
 	wg.Wait()
-	return alerts, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return alerts, failed
 }
 
 // flush writes alerts and dead letters, waits for Kafka to acknowledge
-// them, and counts the joins.
+// them, and counts the joins. It writes only while the membership is
+// active (see Membership.Active): a member paused past its session waits
+// here until its next heartbeat says whether it still holds the task (the
+// task's context ends when it does not).
 func (t *processTask) flush(ctx context.Context, alerts []Alert, dead []deadLetter) error {
 	w := t.w
+	if err := w.waitActive(ctx); err != nil {
+		return err
+	}
 	if err := w.writeOut(ctx, alerts, dead); err != nil {
 		return err
 	}
@@ -179,35 +230,76 @@ func (t *processTask) flush(ctx context.Context, alerts []Alert, dead []deadLett
 // remoteConcurrency bounds the remote lookups in flight per task.
 const remoteConcurrency = 32
 
-// lookup finds the price of symbol, whose task is q: in the local store
-// when this member holds q, otherwise from q's owner.
-func (w *Worker) lookup(ctx context.Context, q int, symbol string, tsMs int64) (Result, *float64, int64) {
-	if st := w.stateTask(q); st != nil {
-		tick, ok, err := st.get(symbol)
-		if err == nil && ok {
-			return ResultLocal, &tick.Price, tick.TimestampMs
+// waitActive waits until the membership is active, or ctx is done.
+func (w *Worker) waitActive(ctx context.Context) error {
+	if w.member == nil || w.member.Active() {
+		return nil
+	}
+	w.log.Warn("the group has not confirmed this member for a session timeout (was the process paused?); holding alerts until a heartbeat answers")
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !w.member.Active() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
 		}
-		if err == nil {
-			return ResultMiss, nil, 0
+	}
+	return nil
+}
+
+// errLookup marks a price lookup that failed (a local store fault, or the
+// owner could not be asked): the batch is not written, and is retried.
+// A fault never becomes a miss alert.
+var errLookup = errors.New("price lookup failed")
+
+// lookup sets a's result and price as of tsMs for symbol, whose task is q:
+// from the local store when this member holds q, otherwise from q's owner.
+func (w *Worker) lookup(ctx context.Context, a *Alert, q int, symbol string, tsMs int64) error {
+	if st := w.stateTask(q); st != nil {
+		tick, match, err := st.getAsOf(symbol, tsMs)
+		switch {
+		case err == nil:
+			a.setPrice(match, ResultLocal, tick.Price, tick.TimestampMs)
+			return nil
+		case !errors.Is(err, errTaskStopped):
+			return fmt.Errorf("%w: task %d: %w", errLookup, q, err)
 		}
 		// The task left this member meanwhile: ask its new owner.
 	}
 	owner, ok := w.owner(q)
 	if !ok || owner.InstanceID == w.cfg.InstanceID || owner.Addr == "" {
-		return ResultMiss, nil, 0
+		return fmt.Errorf("%w: task %d of %q has no known owner to ask", errLookup, q, symbol)
 	}
 	p, found, err := w.remote.lookup(ctx, owner.Addr, symbol, tsMs)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.metrics.RemoteLookupErrs.Inc()
-			w.log.Warn("remote price lookup failed; counting a miss", "symbol", symbol, "task", q, "owner", owner.InstanceID, "err", err)
 		}
-		return ResultMiss, nil, 0
+		return fmt.Errorf("%w: task %d from %s: %w", errLookup, q, owner.InstanceID, err)
 	}
-	if !found {
-		return ResultMiss, nil, 0
+	match := statestore.Miss
+	switch {
+	case found && p.Late:
+		match = statestore.Late
+	case found:
+		match = statestore.AsOf
 	}
-	return ResultRemote, &p.Price, p.TsMs
+	a.setPrice(match, ResultRemote, p.Price, p.TsMs)
+	return nil
+}
+
+// setPrice fills the join result of a: found is the result of a price
+// as of the notification (local or remote).
+func (a *Alert) setPrice(m statestore.Match, found Result, price float64, tsMs int64) {
+	switch m {
+	case statestore.AsOf:
+		a.Result, a.Price, a.PriceTsMs = found, &price, tsMs
+	case statestore.Late:
+		a.Result, a.Price, a.PriceTsMs = ResultLate, &price, tsMs
+	default:
+		a.Result, a.Price, a.PriceTsMs = ResultMiss, nil, 0
+	}
 }
 
 // deadLetter is a malformed input record on its way to the dead-letter

@@ -42,7 +42,11 @@ const (
 	// ResultRemote: the symbol's task is owned by another member, which
 	// answered the lookup.
 	ResultRemote Result = "remote"
-	// ResultMiss: no price for the symbol anywhere.
+	// ResultLate: the notification is older than the retained price
+	// history (--history-retention) of its symbol; the alert carries the
+	// oldest price kept, which is newer than the notification.
+	ResultLate Result = "late"
+	// ResultMiss: the symbol had no price at the notification's time.
 	ResultMiss Result = "miss"
 )
 
@@ -52,7 +56,8 @@ type Alert struct {
 	Notification
 	// NotificationTsMs is the notification record's timestamp, in Unix ms.
 	NotificationTsMs int64 `json:"notification_ts_ms"`
-	// Price and PriceTsMs are absent on a miss.
+	// Price and PriceTsMs are the price as of the notification's time (on
+	// a late join, the oldest price kept); absent on a miss.
 	Price     *float64 `json:"price,omitempty"`
 	PriceTsMs int64    `json:"price_ts_ms,omitempty"`
 	Result    Result   `json:"result"`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,9 @@ type stateTask struct {
 	// so the final commit after the tasks stop still sees it.
 	applied atomic.Int64
 
+	// prunedCut is the cut of the last successful prune; owned by run.
+	prunedCut int64
+
 	// merged is set when this member also processes the task's
 	// notifications: the process task then drives the tail (runMerged)
 	// and this task only restores.
@@ -43,6 +47,12 @@ type stateTask struct {
 	// ticks at or after dlqFrom are dead-lettered (earlier ones were by a
 	// previous owner), and resumeAt is the market offset after the restore.
 	dlqFrom, resumeAt int64
+
+	// committedTs is the timestamp of the newest notification of this task
+	// whose offset the group has committed (set by the committer when the
+	// task is merged), -1 before one is: pruning keeps the history that a
+	// replay from the committed offset can ask for.
+	committedTs atomic.Int64
 
 	// progress, guarded by pmu; changed is closed and replaced on each
 	// update so waiters can select on it.
@@ -65,6 +75,7 @@ func newStateTask(w *Worker, p int, store *statestore.Store, merged bool) *state
 		changed:  make(chan struct{}),
 	}
 	s.applied.Store(store.AppliedOffset())
+	s.committedTs.Store(-1)
 	return s
 }
 
@@ -78,18 +89,78 @@ func (s *stateTask) isRestored() bool {
 	}
 }
 
+// marketCommit is the market offset to commit for this task: the next one
+// after the store's applied offset, never below the group's committed
+// offset. ok is false until the task is restored (a store restored from
+// scratch starts below the committed offset).
+func (s *stateTask) marketCommit() (next int64, ok bool) {
+	if !s.isRestored() {
+		return 0, false
+	}
+	return max(s.appliedOffset()+1, s.dlqFrom), true
+}
+
 // appliedOffset is the offset of the last market record in the store, -1
 // when none.
 func (s *stateTask) appliedOffset() int64 { return s.applied.Load() }
 
-// get reads a price from the store.
-func (s *stateTask) get(symbol string) (statestore.Tick, bool, error) {
+// getAsOf reads the version of symbol's price as of tsMs from the store.
+func (s *stateTask) getAsOf(symbol string, tsMs int64) (statestore.Tick, statestore.Match, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.store == nil {
-		return statestore.Tick{}, false, errTaskStopped
+		return statestore.Tick{}, statestore.Miss, errTaskStopped
 	}
-	return s.store.Get(symbol)
+	return s.store.GetAsOf(symbol, tsMs)
+}
+
+// pruneCut is the time before which the task's history may go: the
+// retention before the newest committed notification (a replay after a
+// crash starts there), or, for a task whose notifications are processed
+// elsewhere, before the newest tick read. ok is false when nothing can be
+// pruned yet.
+func (s *stateTask) pruneCut() (cut int64, ok bool) {
+	ref := s.committedTs.Load()
+	if !s.merged {
+		s.pmu.Lock()
+		ref = s.lastTsMs
+		s.pmu.Unlock()
+	}
+	if ref < 0 {
+		return 0, false
+	}
+	return ref - s.w.cfg.HistoryRetention.Milliseconds(), true
+}
+
+// prune drops the history the task can no longer be asked for (see
+// statestore.Store.Prune).
+func (s *stateTask) prune(log *slog.Logger) {
+	cut, ok := s.pruneCut()
+	if !ok || cut <= s.prunedCut {
+		return
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.store == nil {
+		return
+	}
+	began := time.Now()
+	n, err := s.store.Prune(cut)
+	if err != nil {
+		log.Warn("pruning the price history failed; retrying at the next interval", "cut_ms", cut, "err", err)
+		return
+	}
+	s.prunedCut = cut
+	s.w.metrics.PruneSeconds.Observe(time.Since(began).Seconds())
+	if n > 0 {
+		log.Debug("pruned the price history", "cut_ms", cut, "symbols", n)
+	}
+}
+
+// pruneInterval is how often a task prunes its history: a sixtieth of the
+// retention, between 1s and 1m.
+func (w *Worker) pruneInterval() time.Duration {
+	return min(max(w.cfg.HistoryRetention/60, time.Second), time.Minute)
 }
 
 // close closes the store; readers after it get errTaskStopped.
@@ -158,15 +229,29 @@ func (s *stateTask) run(ctx context.Context) {
 	close(s.restored)
 	w.updateTaskGauges()
 	log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset())
+	s.prunedCut = math.MinInt64
+	prune := time.NewTicker(w.pruneInterval())
+	defer prune.Stop()
 	if s.merged {
 		// The process task reads the market from here, merged with the
-		// notifications.
-		<-ctx.Done()
-		return
+		// notifications; this goroutine only prunes.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-prune.C:
+				s.prune(log)
+			}
+		}
 	}
 	for {
 		if _, ok := s.step(ctx, r, dlqFrom, log); !ok {
 			return
+		}
+		select {
+		case <-prune.C:
+			s.prune(log)
+		default:
 		}
 	}
 }
@@ -233,7 +318,7 @@ func (s *stateTask) apply(ctx context.Context, recs []record, dlqFrom int64) err
 			}
 			continue
 		}
-		ticks = append(ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: rec.Time.UnixMilli()})
+		ticks = append(ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: rec.Time.UnixMilli(), Offset: rec.Offset})
 	}
 	w.metrics.Records.WithLabelValues(w.cfg.MarketTopic).Add(float64(len(recs)))
 	if len(dead) > 0 {
@@ -278,7 +363,7 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration)
 	for {
 		restored := s.isRestored()
 		s.pmu.Lock()
-		done := restored && (s.lastTsMs >= tsMs || (end >= 0 && s.next >= end))
+		done := restored && (s.lastTsMs > tsMs || (end >= 0 && s.next >= end))
 		changed := s.changed
 		s.pmu.Unlock()
 		if done {

@@ -62,6 +62,12 @@ type Config struct {
 	// RemoteTimeout bounds one remote price lookup, retries included.
 	// Default: 5s.
 	RemoteTimeout time.Duration
+	// HistoryRetention is how much price history a task keeps before its
+	// newest committed notification: every version newer than that, plus
+	// the newest one at or before it. A notification older than the kept
+	// history is joined with the oldest kept price and counted as late.
+	// Default: 1h.
+	HistoryRetention time.Duration
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client
 
@@ -77,6 +83,11 @@ type Membership interface {
 	Run(ctx context.Context) error
 	Commit(ctx context.Context, offsets map[string]map[int]int64) error
 	FetchOffsets(ctx context.Context, topic string, partitions []int) (map[int]int64, error)
+	// Active reports whether the coordinator confirmed this member's
+	// generation less than a session timeout ago. Alerts are written only
+	// while it is true: a member paused past its session may have been
+	// replaced, and learns it at its next heartbeat.
+	Active() bool
 }
 
 // Worker is one member's task processor. It implements group.Handler.
@@ -104,6 +115,7 @@ type Worker struct {
 	tasks      sync.WaitGroup
 
 	local, remoteN, miss atomic.Int64
+	late                 atomic.Int64
 	restoredRecords      atomic.Int64
 	restores             atomic.Int64 // state tasks started
 	moved                atomic.Int64
@@ -143,6 +155,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	defDur(&cfg.CommitInterval, time.Second)
 	defDur(&cfg.FetchMaxWait, 250*time.Millisecond)
 	defDur(&cfg.RemoteTimeout, 5*time.Second)
+	defDur(&cfg.HistoryRetention, time.Hour)
 	if cfg.MaxRecordBytes <= 0 {
 		cfg.MaxRecordBytes = DefaultMaxRecordBytes
 	}
@@ -335,6 +348,35 @@ func (w *Worker) Rebalancing(ctx context.Context) {
 	}
 }
 
+// Lost implements group.Handler: the membership was lost, so other members
+// may already process this member's tasks. Every task stops at once: the
+// batches in flight are abandoned unwritten (their contexts end), nothing
+// is committed, and the stores are closed but kept on disk (they are
+// versioned, so a task assigned here again restores only what it lacks and
+// resumes from the group's committed offsets).
+func (w *Worker) Lost(_ context.Context, err error) {
+	w.mu.Lock()
+	n := len(w.procs)
+	w.mu.Unlock()
+	w.metrics.TasksLost.Add(float64(n))
+	w.log.Warn("group membership lost: stopping every task without writing or committing more; tasks assigned again restart from the committed offsets",
+		"tasks", n, "err", err)
+	w.stopAll()
+	w.mu.Lock()
+	w.states = map[int]*stateTask{}
+	w.procs = map[int]*processTask{}
+	w.assigned = false
+	w.assignment = group.Assignment{}
+	w.mu.Unlock()
+	w.commitMu.Lock()
+	w.committed = nil
+	w.commitMu.Unlock()
+	w.metrics.TaskLag.Reset()
+	w.updateTaskGauges()
+	// The gate may be closed by nothing here, but an in-flight batch of a
+	// stopped task left it; the next Assigned reopens it in any case.
+}
+
 func (w *Worker) shuttingDown() bool {
 	select {
 	case <-w.done:
@@ -439,6 +481,8 @@ func (w *Worker) countJoin(r Result) {
 		w.local.Add(1)
 	case ResultRemote:
 		w.remoteN.Add(1)
+	case ResultLate:
+		w.late.Add(1)
 	default:
 		w.miss.Add(1)
 	}
@@ -489,6 +533,7 @@ type Stats struct {
 	Local      int64 `json:"local"`
 	Remote     int64 `json:"remote"`
 	Miss       int64 `json:"miss"`
+	Late       int64 `json:"late"`
 	// RestoredRecords counts market records read by restores; Restores
 	// counts the state tasks started (each restores before it tails).
 	RestoredRecords int64 `json:"restored_records"`
@@ -511,6 +556,7 @@ func (w *Worker) Stats() Stats {
 		Local:           w.local.Load(),
 		Remote:          w.remoteN.Load(),
 		Miss:            w.miss.Load(),
+		Late:            w.late.Load(),
 		RestoredRecords: w.restoredRecords.Load(),
 		Restores:        w.restores.Load(),
 		MovedTotal:      w.moved.Load(),
@@ -568,13 +614,24 @@ func (w *Worker) commit(ctx context.Context) error {
 		}
 		offsets[topic][p] = next
 	}
+	// The timestamps of the notifications committed, per merged task, for
+	// the pruning of its history once the commit succeeds.
+	notifTs := map[*stateTask]int64{}
 	w.mu.RLock()
 	for p, t := range w.procs {
-		add(w.cfg.NotificationsTopic, p, t.acked.Load())
+		ts := t.ackedTs.Load()
+		next := t.acked.Load()
+		add(w.cfg.NotificationsTopic, p, next)
+		if t.st != nil && next >= 0 {
+			notifTs[t.st] = ts
+		}
 	}
 	for p, st := range w.states {
-		if o := st.appliedOffset(); o >= 0 {
-			add(w.cfg.MarketTopic, p, o+1)
+		// Only a restored task knows where the market stands; its offset
+		// never goes below what the group has committed (a store restored
+		// from scratch starts below it).
+		if next, ok := st.marketCommit(); ok {
+			add(w.cfg.MarketTopic, p, next)
 		}
 	}
 	w.mu.RUnlock()
@@ -587,6 +644,9 @@ func (w *Worker) commit(ctx context.Context) error {
 			w.log.Warn("offset commit failed; retrying at the next interval", "err", err)
 		}
 		return err
+	}
+	for st, ts := range notifTs {
+		st.committedTs.Store(max(st.committedTs.Load(), ts))
 	}
 	if w.committed == nil {
 		w.committed = map[string]map[int]int64{}

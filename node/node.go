@@ -67,6 +67,8 @@ type Config struct {
 	LeaveOnShutdown bool
 	MaxTaskIdle     time.Duration
 	CommitInterval  time.Duration
+	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
+	HistoryRetention time.Duration
 
 	// Transport carries every Kafka request of the node. Default:
 	// kafka-go's default transport.
@@ -180,6 +182,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		DeadLetterTopic:    cfg.Topics.DeadLetter,
 		MaxTaskIdle:        cfg.MaxTaskIdle,
 		CommitInterval:     cfg.CommitInterval,
+		HistoryRetention:   cfg.HistoryRetention,
 		Registerer:         n.reg,
 		Logger:             cfg.Logger,
 	})

@@ -21,7 +21,7 @@ func BenchmarkGet(b *testing.B) {
 			ticks := make([]Tick, 0, 1000)
 			for i := range syms {
 				syms[i] = fmt.Sprintf("SYM%05d", i)
-				ticks = append(ticks, Tick{syms[i], float64(i), int64(i)})
+				ticks = append(ticks, Tick{syms[i], float64(i), int64(i), int64(i)})
 				if len(ticks) == cap(ticks) {
 					if err := s.Apply(ticks, int64(i)); err != nil {
 						b.Fatal(err)
@@ -36,8 +36,56 @@ func BenchmarkGet(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i = (i + 7919) % n
-				if _, ok, err := s.Get(syms[i]); err != nil || !ok {
+				if _, ok, err := s.Latest(syms[i]); err != nil || !ok {
 					b.Fatalf("Get(%s) = %v, %v", syms[i], ok, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGetAsOf reads a flushed store holding 10 versions of each of
+// 2,000 symbols: "latest" asks for a time after every version (the common
+// case of a live notification, answered from the latest-version cache once
+// warm), "history" for a time between versions (one Pebble seek), and
+// "latest-uncached" the common case with the cache defeated, for
+// comparison.
+func BenchmarkGetAsOf(b *testing.B) {
+	m := openManager(b, Options{Dirs: []string{b.TempDir()}, CacheBytes: DefaultCacheBytes})
+	s := openTask(b, m, 0)
+	const symbols, versions = 2000, 10
+	syms := make([]string, symbols)
+	var off int64
+	for v := range versions {
+		ticks := make([]Tick, 0, symbols)
+		for i := range syms {
+			syms[i] = fmt.Sprintf("SYM%05d", i)
+			ticks = append(ticks, Tick{syms[i], float64(v), int64(v * 1000), off})
+			off++
+		}
+		if err := s.Apply(ticks, off-1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		ts      int64
+		nocache bool
+	}{{"latest", 1 << 40, false}, {"history", 4500, false}, {"latest-uncached", 1 << 40, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i = (i + 7919) % symbols
+				if c.nocache {
+					s.cacheMu.Lock()
+					s.latest = nil
+					s.cacheMu.Unlock()
+				}
+				if _, m, err := s.GetAsOf(syms[i], c.ts); err != nil || m != AsOf {
+					b.Fatalf("GetAsOf(%s) = %v, %v", syms[i], m, err)
 				}
 			}
 		})

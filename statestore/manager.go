@@ -250,6 +250,9 @@ func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
 	if openErr == nil {
 		return s, nil
 	}
+	if errors.Is(openErr, errOldFormat) {
+		return m.rebuildOldFormat(task, dir, openErr)
+	}
 	// Never move a store another process (or Manager) has open.
 	lock, err := m.fs.Lock(m.fs.PathJoin(dir, "LOCK"))
 	if err != nil {
@@ -289,6 +292,10 @@ func (m *Manager) openStore(task int, dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open task %d in %s: %w", task, dir, err)
 	}
+	if err := checkFormat(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("statestore: open task %d in %s: %w", task, dir, err)
+	}
 	off, err := readAppliedOffset(db)
 	if err != nil {
 		db.Close()
@@ -301,6 +308,25 @@ func (m *Manager) openStore(task int, dir string) (*Store, error) {
 	s := &Store{task: task, dir: dir, mgr: m, db: db, sync: wo}
 	s.applied.Store(off)
 	return s, nil
+}
+
+// rebuildOldFormat replaces a store written by an earlier version of joiner
+// with an empty one, restored from Kafka by the caller: once, since the new
+// store has this version's layout.
+func (m *Manager) rebuildOldFormat(task int, dir string, why error) (*Store, error) {
+	if err := m.fs.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("statestore: task %d: delete the old-format store %s: %w (delete it by hand; it is rebuilt from Kafka)", task, dir, err)
+	}
+	if err := m.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("statestore: recreate %s for task %d: %w", dir, task, err)
+	}
+	m.rebuilds.Add(1)
+	m.log.Info("statestore: the task store was written by an earlier version of joiner; rebuilding it from Kafka once",
+		"task", task, "dir", dir, "reason", why)
+	if m.opts.OnRebuild != nil {
+		m.opts.OnRebuild(task, why)
+	}
+	return m.openStore(task, dir)
 }
 
 // forget drops s from the open set; called by Store.Close.

@@ -10,20 +10,54 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Tick is the latest price of a symbol.
+// Tick is one version of a symbol's price: the price a market record
+// carried, the record's timestamp and its offset in the market partition.
 type Tick struct {
 	Symbol      string
 	Price       float64
 	TimestampMs int64
+	Offset      int64
 }
 
-// Store is the Pebble DB of one task: the latest price per symbol and the
-// market offset those prices reflect.
+// newer reports whether t is a later version than u: a later timestamp,
+// or the same timestamp and a later offset.
+func (t Tick) newer(u Tick) bool {
+	return t.TimestampMs > u.TimestampMs || (t.TimestampMs == u.TimestampMs && t.Offset > u.Offset)
+}
+
+// Match says what GetAsOf found.
+type Match uint8
+
+const (
+	// Miss: the symbol has no version at or before the time asked for, and
+	// none was pruned: there was no price then.
+	Miss Match = iota
+	// AsOf: the version as of the time asked for, exactly.
+	AsOf
+	// Late: the time asked for is older than the retained history of the
+	// symbol (older versions were pruned); the Tick is the oldest kept
+	// version, which is not the price as of that time.
+	Late
+)
+
+func (m Match) String() string {
+	switch m {
+	case AsOf:
+		return "as-of"
+	case Late:
+		return "late"
+	default:
+		return "miss"
+	}
+}
+
+// Store is the Pebble DB of one task: every version of every symbol's price
+// within the retention, and the market offset those versions reflect.
 //
-// Get, Scan and AppliedOffset are safe to call from any number of goroutines
-// while another goroutine calls Apply; concurrent Apply calls are
-// serialised. After Close every method returns ErrClosed (AppliedOffset
-// keeps returning the last value).
+// GetAsOf, Latest, Scan and AppliedOffset are safe to call from any number
+// of goroutines while another goroutine calls Apply or Prune; Apply and
+// Prune calls are serialised. After Close every method returns ErrClosed
+// (AppliedOffset keeps returning the last value).
 type Store struct {
 	task int
 	dir  string
@@ -32,8 +66,17 @@ type Store struct {
 
 	mu      sync.RWMutex // write-locked only by Close
 	db      *pebble.DB   // nil once closed
-	applyMu sync.Mutex   // serialises Apply
+	applyMu sync.Mutex   // serialises Apply and Prune
 	applied atomic.Int64
+
+	// latest caches the newest version of the symbols looked up, so that
+	// the common lookup (a notification newer than its symbol's latest
+	// tick) needs no Pebble read. gen counts Applies: a lookup fills the
+	// cache only if no Apply ran since it read Pebble, so the cache never
+	// holds a version older than the store's latest.
+	cacheMu sync.RWMutex
+	latest  map[string]Tick
+	gen     uint64
 }
 
 // Task is the partition index this store holds.
@@ -47,19 +90,21 @@ func (s *Store) Dir() string { return s.dir }
 // market partition from AppliedOffset()+1.
 func (s *Store) AppliedOffset() int64 { return s.applied.Load() }
 
-// Apply writes ticks and offset in ONE Pebble batch: for each symbol the
-// last tick of the slice wins, and offset (the market offset of the last
-// record the batch covers) becomes the applied offset. Either all of it is
-// stored or none, so the prices and the offset never disagree, even after a
-// crash. ticks may be empty to advance the offset past records that carry no
-// price.
+// Apply writes ticks and offset in ONE Pebble batch: each tick becomes a
+// version of its symbol (keyed by its timestamp and offset, so applying a
+// tick twice is harmless), and offset (the market offset of the last record
+// the batch covers) becomes the applied offset. Either all of it is stored
+// or none, so the versions and the offset never disagree, even after a
+// crash. ticks may be empty to advance the offset past records that carry
+// no price. Every tick's Offset must be in [0, offset].
 //
 // offset must be greater than AppliedOffset(); otherwise Apply returns an
 // error wrapping ErrOffsetNotAfter and writes nothing.
 //
 // Durability follows Options.Sync: by default the batch goes to the WAL
-// without an fsync, so a machine crash may lose the most recent batches
-// (never part of one); restore then resumes from the older offset.
+// without an fsync, so a crash of the process or the machine may lose the
+// most recent batches (never part of one); restore then resumes from the
+// older offset.
 func (s *Store) Apply(ticks []Tick, offset int64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -72,13 +117,19 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 		return fmt.Errorf("statestore: apply offset %d to task %d, which is already at %d: %w",
 			offset, s.task, prev, ErrOffsetNotAfter)
 	}
+	for _, t := range ticks {
+		if t.Offset < 0 || t.Offset > offset {
+			return fmt.Errorf("statestore: task %d: tick of %q has offset %d outside [0, %d]", s.task, t.Symbol, t.Offset, offset)
+		}
+	}
 
 	b := s.db.NewBatch()
 	defer b.Close()
-	var val []byte
+	var key, val []byte
 	for _, t := range ticks {
-		val = appendPrice(val[:0], t)
-		if err := b.Set(priceKey(t.Symbol), val, nil); err != nil {
+		key = versionKey(key[:0], t.Symbol, t.TimestampMs, t.Offset)
+		val = appendVersionValue(val[:0], t.Price, versionMeta{})
+		if err := b.Set(key, val, nil); err != nil {
 			return fmt.Errorf("statestore: task %d: batch set %q: %w", s.task, t.Symbol, err)
 		}
 	}
@@ -89,65 +140,258 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 		return fmt.Errorf("statestore: task %d: commit batch up to offset %d in %s: %w (the store is unchanged; check the disk)",
 			s.task, offset, s.dir, err)
 	}
+	// The cache is brought up to date before the new offset is published:
+	// whoever reads AppliedOffset and then looks up sees at least that.
+	s.cacheMu.Lock()
+	s.gen++
+	for _, t := range ticks {
+		if c, ok := s.latest[t.Symbol]; ok && t.newer(c) {
+			s.latest[t.Symbol] = t
+		}
+	}
+	s.cacheMu.Unlock()
 	s.applied.Store(offset)
 	return nil
 }
 
-// Get returns the latest price of symbol and whether there is one.
-func (s *Store) Get(symbol string) (Tick, bool, error) {
+// GetAsOf returns the version of symbol as of tsMs: the one with the
+// greatest timestamp ≤ tsMs, and among those the greatest offset. Versions
+// newer than tsMs, whenever they were applied, do not change the answer.
+// See Match for what is returned when there is no such version.
+func (s *Store) GetAsOf(symbol string, tsMs int64) (Tick, Match, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.db == nil {
-		return Tick{}, false, fmt.Errorf("statestore: get from task %d: %w", s.task, ErrClosed)
+		return Tick{}, Miss, fmt.Errorf("statestore: get from task %d: %w", s.task, ErrClosed)
 	}
-	v, closer, err := s.db.Get(priceKey(symbol))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return Tick{}, false, nil
+	s.cacheMu.RLock()
+	c, cached := s.latest[symbol]
+	gen := s.gen
+	s.cacheMu.RUnlock()
+	if cached && c.TimestampMs <= tsMs {
+		return c, AsOf, nil
 	}
+
+	it, err := s.symbolIter(symbol)
 	if err != nil {
-		return Tick{}, false, fmt.Errorf("statestore: task %d: get %q: %w", s.task, symbol, err)
+		return Tick{}, Miss, err
 	}
-	defer closer.Close()
-	t, err := decodePrice(symbol, v)
+	defer it.Close()
+	if !cached {
+		if !it.First() {
+			return Tick{}, Miss, s.iterErr(it, symbol)
+		}
+		latest, _, err := decodeVersion(it.Key(), it.Value())
+		if err != nil {
+			return Tick{}, Miss, s.corrupt(err)
+		}
+		s.cacheMu.Lock()
+		if s.gen == gen {
+			if s.latest == nil {
+				s.latest = map[string]Tick{}
+			}
+			s.latest[symbol] = latest
+		}
+		s.cacheMu.Unlock()
+		if latest.TimestampMs <= tsMs {
+			return latest, AsOf, nil
+		}
+	}
+	if it.SeekGE(versionSeekKey(nil, symbol, tsMs)) {
+		t, _, err := decodeVersion(it.Key(), it.Value())
+		if err != nil {
+			return Tick{}, Miss, s.corrupt(err)
+		}
+		return t, AsOf, nil
+	}
+	if err := s.iterErr(it, symbol); err != nil {
+		return Tick{}, Miss, err
+	}
+	// Nothing at or before tsMs: late if older versions were pruned.
+	if !it.Last() {
+		return Tick{}, Miss, s.iterErr(it, symbol)
+	}
+	oldest, meta, err := decodeVersion(it.Key(), it.Value())
 	if err != nil {
-		return Tick{}, false, fmt.Errorf("statestore: task %d in %s: %w", s.task, s.dir, err)
+		return Tick{}, Miss, s.corrupt(err)
 	}
-	return t, true, nil
+	if meta.truncated() && meta.firstTs <= tsMs {
+		return oldest, Late, nil
+	}
+	return Tick{}, Miss, nil
 }
 
-// Scan calls fn with every stored price in symbol order, on a consistent
-// snapshot. It stops at and returns the first error of fn.
+// Latest returns the newest version of symbol and whether there is one.
+func (s *Store) Latest(symbol string) (Tick, bool, error) {
+	t, m, err := s.GetAsOf(symbol, maxTs)
+	return t, m == AsOf, err
+}
+
+const maxTs = int64(^uint64(0) >> 1)
+
+// History returns every stored version of symbol, newest first.
+func (s *Store) History(symbol string) ([]Tick, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return nil, fmt.Errorf("statestore: history of task %d: %w", s.task, ErrClosed)
+	}
+	it, err := s.symbolIter(symbol)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []Tick
+	for valid := it.First(); valid; valid = it.Next() {
+		t, _, err := decodeVersion(it.Key(), it.Value())
+		if err != nil {
+			return nil, s.corrupt(err)
+		}
+		out = append(out, t)
+	}
+	return out, s.iterErr(it, symbol)
+}
+
+// Scan calls fn with the newest version of every symbol, in symbol order,
+// on a consistent snapshot. It stops at and returns the first error of fn.
 func (s *Store) Scan(fn func(Tick) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.db == nil {
 		return fmt.Errorf("statestore: scan task %d: %w", s.task, ErrClosed)
 	}
-	upper := []byte(pricePrefix)
-	upper[len(upper)-1]++
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(pricePrefix), UpperBound: upper})
+	it, err := s.allVersionsIter()
 	if err != nil {
-		return fmt.Errorf("statestore: task %d: scan: %w", s.task, err)
+		return err
 	}
-	for valid := it.First(); valid; valid = it.Next() {
-		sym := string(bytes.TrimPrefix(it.Key(), []byte(pricePrefix)))
-		t, err := decodePrice(sym, it.Value())
+	defer it.Close()
+	for valid := it.First(); valid; {
+		t, _, err := decodeVersion(it.Key(), it.Value())
 		if err != nil {
-			it.Close()
-			return fmt.Errorf("statestore: task %d in %s: %w", s.task, s.dir, err)
+			return s.corrupt(err)
 		}
 		if err := fn(t); err != nil {
-			it.Close()
 			return err
 		}
+		valid = it.SeekGE(symbolUpper(nil, t.Symbol))
 	}
-	if err := it.Close(); err != nil {
+	if err := it.Error(); err != nil {
 		return fmt.Errorf("statestore: task %d: scan: %w", s.task, err)
 	}
 	return nil
 }
 
-// Close closes the DB. It waits for running Get, Scan and Apply calls. A
+// Prune deletes, for every symbol, the versions older than the newest
+// version at or before cutMs. That one is kept, so a lookup at any time ≥
+// cutMs still finds the price that was current then; it is marked with the
+// timestamp of the symbol's oldest version, so that a lookup before the kept
+// version but not before the symbol's first price is reported Late rather
+// than Miss. Prune costs two seeks per symbol plus one range deletion per
+// symbol that had something to delete, written in one batch; it returns the
+// number of such symbols.
+func (s *Store) Prune(cutMs int64) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return 0, fmt.Errorf("statestore: prune task %d: %w", s.task, ErrClosed)
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	it, err := s.allVersionsIter()
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	b := s.db.NewBatch()
+	defer b.Close()
+	pruned := 0
+	for valid := it.First(); valid; {
+		sym, _, _, err := decodeVersionKey(it.Key())
+		if err != nil {
+			return 0, s.corrupt(err)
+		}
+		prefix := symbolPrefix(nil, sym)
+		upper := symbolUpper(nil, sym)
+		if it.SeekGE(versionSeekKey(nil, sym, cutMs)) && bytes.HasPrefix(it.Key(), prefix) {
+			keep := bytes.Clone(it.Key())
+			price, _, err := decodeVersionValue(it.Value())
+			if err != nil {
+				return 0, s.corrupt(fmt.Errorf("%q: %w", sym, err))
+			}
+			if it.Next() && bytes.HasPrefix(it.Key(), prefix) {
+				// The oldest version (perhaps itself the survivor of an
+				// earlier prune) says when the symbol's history began.
+				if !it.SeekLT(upper) {
+					return 0, s.iterErr(it, sym)
+				}
+				oldest, meta, err := decodeVersion(it.Key(), it.Value())
+				if err != nil {
+					return 0, s.corrupt(err)
+				}
+				first := oldest.TimestampMs
+				if meta.truncated() {
+					first = min(first, meta.firstTs)
+				}
+				// keep+0x00 is the first key after keep: every key of the
+				// symbol has the same length.
+				if err := b.DeleteRange(append(bytes.Clone(keep), 0), upper, nil); err != nil {
+					return 0, fmt.Errorf("statestore: task %d: prune %q: %w", s.task, sym, err)
+				}
+				meta = versionMeta{flags: flagTruncated, firstTs: first}
+				if err := b.Set(keep, appendVersionValue(nil, price, meta), nil); err != nil {
+					return 0, fmt.Errorf("statestore: task %d: prune %q: %w", s.task, sym, err)
+				}
+				pruned++
+			}
+		}
+		valid = it.SeekGE(upper)
+	}
+	if err := it.Error(); err != nil {
+		return 0, fmt.Errorf("statestore: task %d: prune: %w", s.task, err)
+	}
+	if pruned == 0 {
+		return 0, nil
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return 0, fmt.Errorf("statestore: task %d: commit prune in %s: %w", s.task, s.dir, err)
+	}
+	return pruned, nil
+}
+
+// symbolIter iterates over the versions of one symbol, newest first.
+func (s *Store) symbolIter(symbol string) (*pebble.Iterator, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: symbolPrefix(nil, symbol),
+		UpperBound: symbolUpper(nil, symbol),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("statestore: task %d: read %q: %w", s.task, symbol, err)
+	}
+	return it, nil
+}
+
+func (s *Store) allVersionsIter() (*pebble.Iterator, error) {
+	upper := []byte(versionPrefix)
+	upper[len(upper)-1]++
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(versionPrefix), UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("statestore: task %d: iterate: %w", s.task, err)
+	}
+	return it, nil
+}
+
+func (s *Store) iterErr(it *pebble.Iterator, symbol string) error {
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("statestore: task %d: read %q: %w", s.task, symbol, err)
+	}
+	return nil
+}
+
+func (s *Store) corrupt(err error) error {
+	return fmt.Errorf("statestore: task %d in %s: %w", s.task, s.dir, err)
+}
+
+// Close closes the DB. It waits for running reads, Apply and Prune calls. A
 // second Close returns ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -162,6 +406,39 @@ func (s *Store) Close() error {
 		return fmt.Errorf("statestore: close task %d in %s: %w", s.task, s.dir, err)
 	}
 	return nil
+}
+
+// errOldFormat marks a store written by an earlier version of joiner, with
+// another key layout. It is rebuilt from Kafka, not migrated.
+var errOldFormat = errors.New("store written by an earlier version of joiner")
+
+// checkFormat checks that a freshly opened DB has this version's layout,
+// stamping an empty DB with it. It returns an error wrapping errOldFormat
+// when the DB holds data in another layout.
+func checkFormat(db *pebble.DB) error {
+	v, closer, err := db.Get([]byte(formatKey))
+	if err == nil {
+		defer closer.Close()
+		if len(v) != 1 || v[0] != formatVersioned {
+			return fmt.Errorf("layout %x, this joiner writes %d: %w", v, formatVersioned, errOldFormat)
+		}
+		return nil
+	}
+	if !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("no layout version (the first layout kept only the latest price per symbol): %w", errOldFormat)
+	}
+	return db.Set([]byte(formatKey), []byte{formatVersioned}, pebble.Sync)
 }
 
 // readAppliedOffset reads the stored offset of a freshly opened DB.

@@ -54,9 +54,9 @@ func openTask(t testing.TB, m *Manager, task int) *Store {
 
 func mustGet(t *testing.T, s *Store, sym string) (Tick, bool) {
 	t.Helper()
-	tk, ok, err := s.Get(sym)
+	tk, ok, err := s.Latest(sym)
 	if err != nil {
-		t.Fatalf("Get(%q): %v", sym, err)
+		t.Fatalf("Latest(%q): %v", sym, err)
 	}
 	return tk, ok
 }
@@ -84,10 +84,10 @@ func TestApplyGetScan(t *testing.T) {
 			t.Fatal("Get on empty store found a price")
 		}
 		err := s.Apply([]Tick{
-			{"MSFT", 410.5, 1000},
-			{"AAPL", 190.25, 1001},
-			{"MSFT", 411, 1002}, // later tick of the same symbol wins
-			{"NEG", -1.5, -7},
+			{"MSFT", 410.5, 1000, 30},
+			{"AAPL", 190.25, 1001, 31},
+			{"MSFT", 411, 1002, 32}, // the newer version is the latest
+			{"NEG", -1.5, -7, 33},
 		}, 41)
 		if err != nil {
 			t.Fatal(err)
@@ -95,10 +95,10 @@ func TestApplyGetScan(t *testing.T) {
 		if got := s.AppliedOffset(); got != 41 {
 			t.Errorf("AppliedOffset = %d, want 41", got)
 		}
-		if tk, ok := mustGet(t, s, "MSFT"); !ok || tk != (Tick{"MSFT", 411, 1002}) {
+		if tk, ok := mustGet(t, s, "MSFT"); !ok || tk != (Tick{"MSFT", 411, 1002, 32}) {
 			t.Errorf("Get(MSFT) = %+v %v", tk, ok)
 		}
-		want := []Tick{{"AAPL", 190.25, 1001}, {"MSFT", 411, 1002}, {"NEG", -1.5, -7}}
+		want := []Tick{{"AAPL", 190.25, 1001, 31}, {"MSFT", 411, 1002, 32}, {"NEG", -1.5, -7, 33}}
 		if got := scanAll(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("Scan = %v, want %v", got, want)
 		}
@@ -113,7 +113,7 @@ func TestApplyGetScan(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, off := range []int64{45, 44, -1} {
-			if err := s.Apply([]Tick{{"AAPL", 1, 1}}, off); !errors.Is(err, ErrOffsetNotAfter) {
+			if err := s.Apply([]Tick{{"AAPL", 1, 1, 0}}, off); !errors.Is(err, ErrOffsetNotAfter) {
 				t.Errorf("Apply at %d after 45: err = %v, want ErrOffsetNotAfter", off, err)
 			}
 		}
@@ -128,17 +128,17 @@ func TestReopenKeepsPricesAndOffset(t *testing.T) {
 		opts := Options{Dirs: []string{dir}, FS: fs}
 		m := openManager(t, opts)
 		s := openTask(t, m, 0)
-		if err := s.Apply([]Tick{{"AAPL", 190, 1}}, 10); err != nil {
+		if err := s.Apply([]Tick{{"AAPL", 190, 1, 10}}, 10); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Apply([]Tick{{"AAPL", 191, 2}, {"IBM", 150, 3}}, 17); err != nil {
+		if err := s.Apply([]Tick{{"AAPL", 191, 2, 16}, {"IBM", 150, 3, 17}}, 17); err != nil {
 			t.Fatal(err)
 		}
 		if err := m.Close(); err != nil { // closes s too
 			t.Fatal(err)
 		}
-		if _, _, err := s.Get("AAPL"); !errors.Is(err, ErrClosed) {
-			t.Errorf("Get after Manager.Close: %v, want ErrClosed", err)
+		if _, _, err := s.GetAsOf("AAPL", 5); !errors.Is(err, ErrClosed) {
+			t.Errorf("GetAsOf after Manager.Close: %v, want ErrClosed", err)
 		}
 
 		m2 := openManager(t, opts)
@@ -146,7 +146,7 @@ func TestReopenKeepsPricesAndOffset(t *testing.T) {
 		if got := s2.AppliedOffset(); got != 17 {
 			t.Errorf("AppliedOffset after reopen = %d, want 17", got)
 		}
-		want := []Tick{{"AAPL", 191, 2}, {"IBM", 150, 3}}
+		want := []Tick{{"AAPL", 191, 2, 16}, {"IBM", 150, 3, 17}}
 		if got := scanAll(t, s2); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("Scan after reopen = %v, want %v", got, want)
 		}
@@ -171,7 +171,7 @@ func TestCrashKeepsBatchesWhole(t *testing.T) {
 		for off := int64(0); off < 200; off++ {
 			ticks := make([]Tick, len(syms))
 			for i, sym := range syms {
-				ticks[i] = Tick{sym, float64(off), off}
+				ticks[i] = Tick{sym, float64(off), off, off}
 			}
 			if err := s.Apply(ticks, off); err != nil {
 				t.Fatal(err)
@@ -219,7 +219,7 @@ func TestCorruptStoreIsMovedAsideAndRebuilt(t *testing.T) {
 	}
 	m := openManager(t, opts)
 	s := openTask(t, m, 2)
-	if err := s.Apply([]Tick{{"AAPL", 1, 1}}, 99); err != nil {
+	if err := s.Apply([]Tick{{"AAPL", 1, 1, 99}}, 99); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -255,7 +255,7 @@ func TestCorruptStoreIsMovedAsideAndRebuilt(t *testing.T) {
 		t.Errorf("no Warn log naming the task: %q", logBuf.String())
 	}
 	// The rebuilt store works and survives a reopen.
-	if err := s.Apply([]Tick{{"AAPL", 2, 2}}, 100); err != nil {
+	if err := s.Apply([]Tick{{"AAPL", 2, 2, 100}}, 100); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -295,7 +295,7 @@ func TestLockedStoreIsNotMoved(t *testing.T) {
 	m1 := openManager(t, Options{Dirs: []string{dir}})
 	m2 := openManager(t, Options{Dirs: []string{dir}})
 	s := openTask(t, m1, 5)
-	if err := s.Apply([]Tick{{"X", 1, 1}}, 1); err != nil {
+	if err := s.Apply([]Tick{{"X", 1, 1, 1}}, 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m2.OpenTask(5); err == nil || !strings.Contains(err.Error(), "another joiner") {
@@ -488,7 +488,7 @@ func TestConcurrentGetDuringApply(t *testing.T) {
 				// Prices only move forward: each batch writes its offset.
 				lo := s.AppliedOffset()
 				for _, sym := range syms {
-					tk, ok, err := s.Get(sym)
+					tk, ok, err := s.Latest(sym)
 					if err != nil {
 						t.Error(err)
 						return
@@ -504,7 +504,7 @@ func TestConcurrentGetDuringApply(t *testing.T) {
 	for off := int64(0); off < batches; off++ {
 		ticks := make([]Tick, len(syms))
 		for i, sym := range syms {
-			ticks[i] = Tick{sym, float64(off), off}
+			ticks[i] = Tick{sym, float64(off), off, off}
 		}
 		if err := s.Apply(ticks, off); err != nil {
 			t.Fatal(err)
@@ -515,10 +515,12 @@ func TestConcurrentGetDuringApply(t *testing.T) {
 }
 
 func TestCodecRoundTrip(t *testing.T) {
-	for _, tk := range []Tick{{"A", 0, 0}, {"B", -1.25, -1 << 62}, {"", 1e300, 1 << 62}} {
-		got, err := decodePrice(tk.Symbol, appendPrice(nil, tk))
-		if err != nil || got != tk {
-			t.Errorf("price round trip of %+v = %+v, %v", tk, got, err)
+	for _, tk := range []Tick{{"A", 0, 0, 0}, {"B", -1.25, -1 << 62, 7}, {"C!~", 1e300, 1 << 62, 1 << 50}, {"D", 1, -1, 0}} {
+		for _, meta := range []versionMeta{{}, {flagTruncated, -5}, {flagTruncated, 1 << 60}} {
+			got, gotMeta, err := decodeVersion(versionKey(nil, tk.Symbol, tk.TimestampMs, tk.Offset), appendVersionValue(nil, tk.Price, meta))
+			if err != nil || got != tk || gotMeta != meta {
+				t.Errorf("version round trip of %+v/%+v = %+v/%+v, %v", tk, meta, got, gotMeta, err)
+			}
 		}
 	}
 	for _, off := range []int64{-1, 0, 1, 1 << 40} {
@@ -527,9 +529,15 @@ func TestCodecRoundTrip(t *testing.T) {
 			t.Errorf("offset round trip of %d = %d, %v", off, got, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {}, {2, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}} {
-		if _, err := decodePrice("X", bad); !errors.Is(err, errCorruptValue) {
-			t.Errorf("decodePrice(%x) err = %v, want errCorruptValue", bad, err)
+	for _, bad := range [][]byte{nil, {}, {2, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 2}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 1}} {
+		if _, _, err := decodeVersionValue(bad); !errors.Is(err, errCorruptValue) {
+			t.Errorf("decodeVersionValue(%x) err = %v, want errCorruptValue", bad, err)
+		}
+	}
+	good := versionKey(nil, "AB", 5, 6)
+	for _, bad := range [][]byte{nil, []byte("v/"), good[:len(good)-1], []byte("p/AB"), append([]byte("v/A\x00B\x00"), good[len(good)-16:]...)} {
+		if _, _, _, err := decodeVersionKey(bad); !errors.Is(err, errCorruptValue) {
+			t.Errorf("decodeVersionKey(%q) err = %v, want errCorruptValue", bad, err)
 		}
 	}
 	for _, bad := range [][]byte{nil, {2, 0}, {1}, {1, 0, 0}, {1, 3}} {
@@ -540,21 +548,26 @@ func TestCodecRoundTrip(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(appendPrice(nil, Tick{"A", 1.5, 1700000000000}))
-	f.Add(appendOffset(nil, 12345))
-	f.Add([]byte{})
-	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Add(versionKey(nil, "A", 1700000000000, 3), appendVersionValue(nil, 1.5, versionMeta{}))
+	f.Add(versionKey(nil, "B", -1, 0), appendVersionValue(nil, -2, versionMeta{flagTruncated, 17}))
+	f.Add([]byte("v/X"), appendOffset(nil, 12345))
+	f.Add([]byte{}, []byte{})
+	f.Add([]byte("v/\x00\x00"), []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, k, v []byte) {
 		// Decoding never panics; whatever decodes survives a round trip.
-		if tk, err := decodePrice("S", b); err == nil {
-			again, err := decodePrice("S", appendPrice(nil, tk))
-			if err != nil || math.Float64bits(again.Price) != math.Float64bits(tk.Price) || again.TimestampMs != tk.TimestampMs {
-				t.Errorf("price %x decodes to %+v, re-encoded to %+v, %v", b, tk, again, err)
+		if tk, meta, err := decodeVersion(k, v); err == nil {
+			k2, v2 := versionKey(nil, tk.Symbol, tk.TimestampMs, tk.Offset), appendVersionValue(nil, tk.Price, meta)
+			if string(k2) != string(k) || string(v2) != string(v) {
+				t.Errorf("%x/%x decodes to %+v/%+v, re-encoded to %x/%x", k, v, tk, meta, k2, v2)
+			}
+			again, againMeta, err := decodeVersion(k2, v2)
+			if err != nil || math.Float64bits(again.Price) != math.Float64bits(tk.Price) || again.TimestampMs != tk.TimestampMs || againMeta != meta {
+				t.Errorf("version %x/%x decodes to %+v, re-encoded to %+v, %v", k, v, tk, again, err)
 			}
 		}
-		if off, err := decodeOffset(b); err == nil {
+		if off, err := decodeOffset(v); err == nil {
 			if again, err := decodeOffset(appendOffset(nil, off)); err != nil || again != off {
-				t.Errorf("offset %x decodes to %d, re-encoded to %d, %v", b, off, again, err)
+				t.Errorf("offset %x decodes to %d, re-encoded to %d, %v", v, off, again, err)
 			}
 		}
 	})

@@ -21,6 +21,7 @@ func (h nopHandler) Assigned(_ context.Context, a group.Assignment) {
 	}
 }
 func (nopHandler) Rebalancing(context.Context) {}
+func (nopHandler) Lost(context.Context, error) {}
 
 func leave(args ...string) (int, string, string) {
 	var out, errOut strings.Builder

@@ -42,6 +42,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.BoolVar(&cfg.LeaveOnShutdown, "leave-on-shutdown", false, "leave the group on SIGTERM so its tasks move at once (scale-down); by default a stopped worker keeps its place until the session timeout")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "longest a notification waits for the market to be read past its timestamp")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
+	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLvl, "log-level", "info", "log level: debug, info, warn or error")
 	if status, ok := parseFlags(fs, args, true); !ok {

@@ -1,0 +1,157 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/node"
+)
+
+// TestOracle produces ticks and notifications interleaved in time and checks
+// every alert against the input (internal/oracle): each notification has an
+// alert carrying its symbol's price as of its own time, or miss when there
+// was none; a duplicate is identical to the first copy but for the worker.
+// It does so without disturbance and under the disturbances workers meet,
+// while the load flows.
+func TestOracle(t *testing.T) {
+	const session = 1500 * time.Millisecond
+	scenarios := []struct {
+		name     string
+		assignor string
+		workers  []string
+		// disturb runs while the load flows; at(f) waits until a share f of
+		// the rounds was produced.
+		disturb func(t *testing.T, f *Fleet, at func(float64))
+		// noDuplicates: no alert may be written twice.
+		noDuplicates bool
+		// maxDuplicates, when set, bounds the duplicates.
+		maxDuplicates int
+	}{
+		{name: "none", workers: []string{"w1", "w2", "w3"}, noDuplicates: true},
+		// With 4 members and 6 partitions, roundrobin puts market-p on member
+		// p%4 and notifications-p on (p+2)%4: every priced join is remote.
+		{name: "roundrobin", assignor: "roundrobin", workers: []string{"w1", "w2", "w3", "w4"}, noDuplicates: true},
+		{name: "scale-out-and-in", workers: []string{"w1", "w2"}, disturb: func(t *testing.T, f *Fleet, at func(float64)) {
+			at(0.2)
+			mustDo(t, startErr(f.Start(context.Background(), "w3")))
+			at(0.4)
+			mustDo(t, startErr(f.Start(context.Background(), "w4")))
+			at(0.6)
+			mustDo(t, f.Stop("w1"))
+			at(0.8)
+			mustDo(t, f.Stop("w4"))
+		}},
+		{name: "crash-and-restart", workers: []string{"w1", "w2", "w3"}, disturb: func(t *testing.T, f *Fleet, at func(float64)) {
+			at(0.3)
+			mustDo(t, f.Crash("w2"))
+			time.Sleep(session / 2)
+			// The same instance id and state dir, before the session
+			// expired: it takes its tasks back and restores from its store.
+			mustDo(t, startErr(f.Start(context.Background(), "w2")))
+		}},
+		{name: "isolated-past-the-session", workers: []string{"w1", "w2", "w3"}, disturb: func(t *testing.T, f *Fleet, at func(float64)) {
+			at(0.3)
+			mustDo(t, f.Isolate("w3"))
+			time.Sleep(session + time.Second)
+			mustDo(t, f.Heal("w3"))
+		},
+			// Fenced: the isolated worker restarts its tasks from the
+			// committed offsets, so the duplicates are at most what it
+			// processed after its last commit (a commit interval, 100ms, of
+			// its share of 600 notifications/s) plus a batch in flight;
+			// resuming from memory would repeat everything its tasks' interim
+			// owners wrote (hundreds).
+			maxDuplicates: 150},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := StartBroker(6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := NewFleet(b, t.TempDir(), node.Config{
+				Assignor:          sc.assignor,
+				SessionTimeout:    session,
+				HeartbeatInterval: 250 * time.Millisecond,
+				RebalanceTimeout:  5 * time.Second,
+				CommitInterval:    100 * time.Millisecond,
+				MaxTaskIdle:       2 * time.Second,
+				Logger:            testLogger(t),
+			})
+			t.Cleanup(func() {
+				if err := f.StopAll(); err != nil {
+					t.Errorf("stopping workers: %v", err)
+				}
+				b.Close()
+			})
+			for _, w := range sc.workers {
+				if _, err := f.Start(context.Background(), w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.WaitStable(context.Background(), 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+
+			topics := oracle.Topics{Market: b.Topics.Market, Notifications: b.Topics.Notifications, Alerts: b.Topics.Alerts}
+			cfg := oracle.Config{Rounds: 60, RoundInterval: 50 * time.Millisecond}
+			p := oracle.NewProducer(b.Addrs, nil, topics, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			produced := make(chan error, 1)
+			go func() { produced <- p.Run(ctx) }()
+			if sc.disturb != nil {
+				at := func(share float64) {
+					for float64(p.Rounds()) < share*float64(cfg.Rounds) {
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+				sc.disturb(t, f, at)
+			}
+			if err := <-produced; err != nil {
+				t.Fatal(err)
+			}
+			wl := p.Workload()
+			r := oracle.NewAlertReader(b.Client, b.Topics.Alerts, b.Partitions)
+			rep, err := wl.WaitComplete(ctx, r, wl.Produced(), 60*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, ticks, exact := wl.Counts()
+			t.Logf("oracle %s: %v (ticks=%d, notifications at a tick's exact time=%d)", sc.name, rep, ticks, exact)
+			if n == 0 || rep.Results["miss"] == 0 || rep.Results["miss"] == n {
+				t.Errorf("the workload must mix priced and unpriced notifications: %v", rep)
+			}
+			if rep.Lost != 0 || rep.Wrong != 0 || rep.DuplicatesDiffering != 0 {
+				t.Errorf("oracle: %v; examples: %q", rep, rep.Examples)
+			}
+			if sc.maxDuplicates > 0 && rep.Duplicates > sc.maxDuplicates {
+				t.Errorf("oracle: %d duplicates, want at most %d", rep.Duplicates, sc.maxDuplicates)
+			}
+			if sc.noDuplicates && rep.Duplicates != 0 {
+				t.Errorf("oracle: %d duplicates without a disturbance", rep.Duplicates)
+			}
+			if sc.assignor == "roundrobin" && rep.Results["local"] != 0 {
+				t.Errorf("roundrobin: %d local joins, want every priced join remote", rep.Results["local"])
+			}
+		})
+	}
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+func startErr(_ *Running, err error) error {
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/internal/oracle"
+)
+
+// The oracle scenarios run `joiner run` processes on the real broker while
+// internal/oracle produces ticks and notifications interleaved in time,
+// disturb them while the load flows, and check every alert against the
+// input: each notification has an alert with its symbol's price as of its
+// own time (or miss when there was none), and a duplicate is identical to
+// its first copy but for the worker.
+
+// oracleLoad is 20 s of load: 200 rounds of 100 ms, each with 10 ticks and
+// 30 notifications (300 notifications/s).
+var oracleLoad = oracle.Config{Rounds: 200, TicksPerRound: 10, NotificationsPerRound: 30, RoundInterval: 100 * time.Millisecond,
+	Symbols: 60, LateSymbols: 10, NoTickSymbols: 10}
+
+type oracleScenario struct {
+	workers []string
+	args    []string
+	// disturb runs while the load flows; at(f) waits until a share f of the
+	// rounds was produced. It returns the workers running at the end.
+	disturb func(c *cluster, ws map[string]*worker, at func(float64))
+	// maxDuplicates bounds the duplicates (-1: no bound).
+	maxDuplicates int
+}
+
+func runOracle(t *testing.T, sc oracleScenario) {
+	c := newCluster(t, partitions)
+	c.extraArgs = sc.args
+	ws := map[string]*worker{}
+	var list []*worker
+	for _, id := range sc.workers {
+		ws[id] = c.start(id)
+		list = append(list, ws[id])
+	}
+	if sc.args == nil {
+		c.waitStable(list, 0, 60*time.Second)
+	} else {
+		waitReady(t, list, 60*time.Second)
+	}
+
+	p := oracle.NewProducer(brokers, nil, oracle.Topics{Market: c.market, Notifications: c.notifs, Alerts: c.alertsT}, oracleLoad)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	produced := make(chan error, 1)
+	go func() { produced <- p.Run(ctx) }()
+	if sc.disturb != nil {
+		sc.disturb(c, ws, func(share float64) {
+			for float64(p.Rounds()) < share*float64(oracleLoad.Rounds) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	wl := p.Workload()
+	rep, err := wl.WaitComplete(ctx, oracle.NewAlertReader(c.client, c.alertsT, partitions), wl.Produced(), 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ticks, exact := wl.Counts()
+	t.Logf("oracle %s: %v (ticks=%d, notifications at a tick's exact time=%d)", t.Name(), rep, ticks, exact)
+	if rep.Lost != 0 || rep.Wrong != 0 || rep.DuplicatesDiffering != 0 {
+		t.Errorf("oracle: %v; examples: %q", rep, rep.Examples)
+	}
+	if rep.Results["miss"] == 0 || rep.Results["miss"] == rep.Notifications {
+		t.Errorf("the workload must mix priced and unpriced notifications: %v", rep)
+	}
+	if sc.maxDuplicates >= 0 && rep.Duplicates > sc.maxDuplicates {
+		t.Errorf("oracle: %d duplicates, want at most %d", rep.Duplicates, sc.maxDuplicates)
+	}
+}
+
+// waitReady waits until the workers agree on a generation and are ready,
+// for assignors whose plans waitStable does not describe.
+func waitReady(t *testing.T, ws []*worker, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		gens := map[int32]bool{}
+		ready := true
+		for _, w := range ws {
+			v, err := w.view()
+			if err != nil || !v.Ready {
+				ready = false
+				break
+			}
+			gens[v.Generation] = true
+		}
+		if ready && len(gens) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers %v not ready on one generation within %s", ids(ws), timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestIntegrationOracleUndisturbed(t *testing.T) {
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, maxDuplicates: 0})
+}
+
+// With 4 members and 6 partitions roundrobin puts market-p and
+// notifications-p on different members: every priced join is remote, and
+// must equal what a local join gives.
+func TestIntegrationOracleRoundRobin(t *testing.T) {
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3", "w4"}, args: []string{"--assignor", "roundrobin"}, maxDuplicates: 0})
+}
+
+func TestIntegrationOracleScaleOutAndIn(t *testing.T) {
+	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true") // scale-in leaves at once
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, maxDuplicates: -1,
+		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
+			at(0.2)
+			ws["w3"] = c.start("w3")
+			at(0.4)
+			ws["w4"] = c.start("w4")
+			at(0.6)
+			c.stop(ws["w1"])
+			at(0.8)
+			c.stop(ws["w4"])
+		}})
+}
+
+// kill -9 of a worker, restarted 10 s later with the same id and state dir:
+// the replayed notifications get their as-of prices, not the restored
+// latest ones.
+func TestIntegrationOracleKill9Restart(t *testing.T) {
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, maxDuplicates: -1,
+		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
+			at(0.2)
+			c.kill9(ws["w2"])
+			time.Sleep(10 * time.Second)
+			ws["w2"] = c.start("w2")
+		}})
+}
+
+// SIGSTOP of a worker past the session timeout (6 s), then SIGCONT: its
+// tasks were given to others meanwhile, so it must not resume them from
+// memory. Duplicates are bounded by what it processed after its last
+// commit (--commit-interval 500ms of its share of 300 notifications/s, plus
+// a batch in flight); resuming would repeat the ~10 s the others processed.
+func TestIntegrationOracleSIGSTOP(t *testing.T) {
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, maxDuplicates: 300,
+		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
+			at(0.2)
+			w := ws["w3"]
+			if err := w.signal(syscall.SIGSTOP); err != nil {
+				c.t.Fatal(err)
+			}
+			time.Sleep(10 * time.Second)
+			if err := w.signal(syscall.SIGCONT); err != nil {
+				c.t.Fatal(err)
+			}
+		}})
+}
