@@ -96,7 +96,8 @@ type Fleet struct {
 	Dir    string
 	// Template configures every worker (assignor, timeouts, logger); the
 	// fleet sets the broker, group, topics, instance id, state dir, HTTP
-	// address and transport, and shortens the group timeouts left zero.
+	// address and transport, sets LeaveOnShutdown (Stop leaves the group,
+	// Crash does not), and shortens the group timeouts left zero.
 	Template node.Config
 
 	mu      sync.Mutex
