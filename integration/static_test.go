@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,4 +192,46 @@ func restoresIn(t *testing.T, path string) map[int]restore {
 		}
 	}
 	return out
+}
+
+// TestIntegrationLeaveRemovesStoppedWorker is a scale-down without
+// --leave-on-shutdown: a worker stopped with SIGTERM stays a member, and
+// `joiner leave` removes it at once (KIP-345's admin removal on Kafka
+// 4.1): the survivors take its tasks in a new generation well before the
+// session timeout, as the planner says. Removing it again fails (exit 1).
+func TestIntegrationLeaveRemovesStoppedWorker(t *testing.T) {
+	c := newCluster(t, partitions)
+	ws := []*worker{c.start("w1"), c.start("w2"), c.start("w3")}
+	st := c.waitStable(ws, 0, 60*time.Second)
+	victim, survivors := ws[2], ws[:2]
+	c.stop(victim)
+	stopped := time.Now()
+
+	leave := func() (int, string) {
+		cmd := exec.Command(joinerBin, "leave", "--brokers", strings.Join(brokers, ","), "--group", c.group, "--instance-id", victim.id)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("joiner leave: %v", err)
+		}
+		return code, strings.TrimSpace(string(out))
+	}
+	code, out := leave()
+	if code != 0 {
+		t.Fatalf("joiner leave: exit %d: %s", code, out)
+	}
+	cur := c.waitStable(survivors, st.gen, 20*time.Second)
+	took := cur.at.Sub(stopped)
+	t.Logf("joiner leave: %q; survivors stable at generation %d, %s after the SIGTERM (session timeout 6s)", out, cur.gen, took.Round(time.Millisecond))
+	if took >= 6*time.Second {
+		t.Errorf("the survivors took over %s after the SIGTERM, not before the session timeout", took)
+	}
+	if moved := c.checkMoved("joiner leave "+victim.id, st, cur); moved != len(st.views[victim.id].Tasks) {
+		t.Errorf("moved %d tasks, %s held %d", moved, victim.id, len(st.views[victim.id].Tasks))
+	}
+	if code, out := leave(); code != 1 || !strings.Contains(out, "no member with this instance id") {
+		t.Errorf("second joiner leave: exit %d: %s; want 1 and no such instance", code, out)
+	}
 }
