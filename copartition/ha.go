@@ -88,9 +88,12 @@ func (o *Options) check() error {
 //     held the task's standby, was its previous owner or reports a copy of
 //     it (in Lags) keeps it while below its target, the smallest lag first;
 //     the rest go, task by task in ascending order, to the member below
-//     target with the fewest standbys (ties: smaller id). Standbys never
-//     change the active assignment. Standby counts differ by at most one
-//     whenever the active counts do.
+//     target with the fewest standbys (ties: smaller id). When every member
+//     below target owns the task or keeps it already, a member that may
+//     take it hands one of its standbys (a filled one if it can) to a member
+//     below target and takes the task. Standbys never change the active
+//     assignment. Standby counts differ by at most one whenever the active
+//     counts do.
 //
 // Without lag information and with Standbys 0 the plan is exactly
 // Assign's. Errors are Assign's, plus ErrBadOption and ErrNegativeTask for
