@@ -6,13 +6,15 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/joiner-dev/joiner/join"
@@ -33,6 +35,9 @@ type Broker struct {
 	// Partitions of every topic.
 	Partitions int
 	Client     *kafka.Client
+	// Transport holds the TLS and SASL settings of an external cluster;
+	// nil for plaintext.
+	Transport *kafka.Transport
 }
 
 // StartBroker starts an embedded broker whose topics all have partitions
@@ -46,6 +51,9 @@ func StartBroker(partitions int) (*Broker, error) {
 		kfake.NumBrokers(1),
 		kfake.GroupMinSessionTimeout(500*time.Millisecond),
 		kfake.SeedTopics(int32(partitions), t.Market, t.Notifications, t.Alerts, t.DeadLetter),
+		// Small segments, so that deleting what was consumed (the demo's
+		// trim) frees memory: only whole segments are dropped.
+		kfake.BrokerConfigs(map[string]string{"log.segment.bytes": strconv.Itoa(1 << 20)}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("starting the embedded broker: %w", err)
@@ -63,18 +71,22 @@ func StartBroker(partitions int) (*Broker, error) {
 
 // UseBrokers prepares a demo on an external cluster: it creates topics and
 // a group named for this run (joiner-demo-<unix time>-…), so a run never
-// sees another's records. Close deletes the topics.
-func UseBrokers(ctx context.Context, addrs []string, partitions, replication int) (*Broker, error) {
+// sees another's records. Close deletes the topics. tr, when not nil,
+// carries the cluster's TLS and SASL settings.
+func UseBrokers(ctx context.Context, addrs []string, partitions, replication int, tr *kafka.Transport) (*Broker, error) {
 	if partitions < 1 {
 		return nil, fmt.Errorf("partitions must be at least 1, got %d", partitions)
 	}
 	run := fmt.Sprintf("joiner-demo-%d", time.Now().UnixNano())
 	t := node.Topics{Market: run + "-market", Notifications: run + "-notifications", Alerts: run + "-alerts", DeadLetter: run + "-dead-letters"}
 	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 30 * time.Second}
+	if tr != nil {
+		client.Transport = tr
+	}
 	if err := node.EnsureTopics(ctx, client, t, partitions, max(replication, 1)); err != nil {
 		return nil, fmt.Errorf("creating the demo topics on %s: %w", strings.Join(addrs, ","), err)
 	}
-	return &Broker{Addrs: addrs, Topics: t, Group: run, Partitions: partitions, Client: client}, nil
+	return &Broker{Addrs: addrs, Topics: t, Group: run, Partitions: partitions, Client: client, Transport: tr}, nil
 }
 
 // Close stops the embedded broker, or deletes the topics created on an
@@ -159,7 +171,11 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 		cfg.CacheBytes = 8 << 20
 	}
 	cut := &cutter{conns: map[net.Conn]struct{}{}}
-	cfg.Transport = &kafka.Transport{Dial: cut.dial}
+	tr := &kafka.Transport{Dial: cut.dial}
+	if sec := f.Broker.Transport; sec != nil {
+		tr.TLS, tr.SASL = sec.TLS, sec.SASL
+	}
+	cfg.Transport = tr
 	cfg.Brokers, cfg.Group, cfg.Topics = f.Broker.Addrs, f.Broker.Group, f.Broker.Topics
 	cfg.InstanceID = instance
 	cfg.LeaveOnShutdown = true // Stop leaves; Crash does not
@@ -365,39 +381,68 @@ func (f *Fleet) stable() (int32, string) {
 	return gen, ""
 }
 
-// Alerts collects the alerts topic from the beginning.
+// Alerts collects the alerts topic from the beginning. It keeps only a
+// count per notification id, keyed by a 64-bit hash of the id (not the
+// alert bodies), so a million notifications cost tens of megabytes.
+// Distinct may be read while another goroutine collects.
 type Alerts struct {
-	// ByID counts the alerts of each notification id.
-	ByID map[string]int
 	// Records is the number of alert records read.
-	Records int
-	// Last is the last alert of each notification id.
-	Last map[string]join.Alert
+	Records  int
+	seed     maphash.Seed
+	counts   map[uint64]uint32
+	distinct atomic.Int64
 }
 
+// NewAlerts returns an empty collection, for CollectAlertsInto.
+func NewAlerts() *Alerts { return &Alerts{seed: maphash.MakeSeed(), counts: map[uint64]uint32{}} }
+
+// Count is the number of alerts read for notification id.
+func (a *Alerts) Count(id string) int { return int(a.counts[maphash.String(a.seed, id)]) }
+
+// Distinct is the number of notification ids with at least one alert.
+func (a *Alerts) Distinct() int { return int(a.distinct.Load()) }
+
 // Duplicates is the number of alert records beyond one per notification.
-func (a *Alerts) Duplicates() int { return a.Records - len(a.ByID) }
+func (a *Alerts) Duplicates() int { return a.Records - a.Distinct() }
+
+func (a *Alerts) add(value []byte) {
+	a.Records++
+	// An alert carries the notification's fields: the notification decoder
+	// finds its id without decoding the rest.
+	n, err := join.DecodeNotification(value, len(value))
+	if err != nil {
+		return
+	}
+	h := maphash.String(a.seed, n.ID)
+	if a.counts[h] == 0 {
+		a.distinct.Add(1)
+	}
+	a.counts[h]++
+}
 
 // CollectAlerts reads the alerts topic until done reports true for what
 // was read or ctx ends.
 func (b *Broker) CollectAlerts(ctx context.Context, done func(*Alerts) bool) (*Alerts, error) {
-	return b.collect(ctx, b.Topics.Alerts, func(a *Alerts, rec kafka.Record, value []byte) {
-		var al join.Alert
-		if err := json.Unmarshal(value, &al); err == nil {
-			a.ByID[al.ID]++
-			a.Last[al.ID] = al
-		}
-		a.Records++
-	}, done)
+	a := NewAlerts()
+	return a, b.CollectAlertsInto(ctx, a, false, done)
 }
 
-func (b *Broker) collect(ctx context.Context, topic string, each func(*Alerts, kafka.Record, []byte), done func(*Alerts) bool) (*Alerts, error) {
-	a := &Alerts{ByID: map[string]int{}, Last: map[string]join.Alert{}}
-	r := NewTopicReader(b.Client, topic, b.Partitions)
+// CollectAlertsInto reads the alerts topic into a until done reports true
+// or ctx ends. With trim, on the embedded broker, it deletes the alerts it
+// has read and the notifications below the group's committed offsets, so
+// that the broker's memory stays bounded in a long run.
+func (b *Broker) CollectAlertsInto(ctx context.Context, a *Alerts, trim bool, done func(*Alerts) bool) error {
+	r := NewTopicReader(b.Client, b.Topics.Alerts, b.Partitions)
+	trim = trim && b.cluster != nil
+	lastTrim := time.Now()
 	for !done(a) {
-		n, err := r.Poll(ctx, func(rec kafka.Record, v []byte) { each(a, rec, v) })
+		n, err := r.Poll(ctx, func(_ kafka.Record, v []byte) { a.add(v) })
 		if err != nil {
-			return a, err
+			return err
+		}
+		if trim && time.Since(lastTrim) >= 200*time.Millisecond {
+			lastTrim = time.Now()
+			b.trim(ctx, r.next)
 		}
 		if n == 0 {
 			select {
@@ -406,7 +451,51 @@ func (b *Broker) collect(ctx context.Context, topic string, each func(*Alerts, k
 			}
 		}
 	}
-	return a, nil
+	if trim {
+		b.trim(ctx, r.next)
+	}
+	return nil
+}
+
+// trim deletes from the embedded broker the alerts below alertsRead and
+// the notifications below the group's committed offsets. Failures only
+// leave more in memory.
+func (b *Broker) trim(ctx context.Context, alertsRead []int64) {
+	for p, off := range alertsRead {
+		if off > 0 {
+			_ = b.cluster.DeleteRecords(b.Topics.Alerts, int32(p), off)
+		}
+	}
+	parts := make([]int, b.Partitions)
+	for p := range parts {
+		parts[p] = p
+	}
+	res, err := b.Client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: b.Group, Topics: map[string][]int{b.Topics.Notifications: parts}})
+	if err != nil || res.Error != nil {
+		return
+	}
+	for _, op := range res.Topics[b.Topics.Notifications] {
+		if op.Error == nil && op.CommittedOffset > 0 {
+			_ = b.cluster.DeleteRecords(b.Topics.Notifications, int32(op.Partition), op.CommittedOffset)
+		}
+	}
+}
+
+func (b *Broker) collect(ctx context.Context, topic string, each func(kafka.Record, []byte), done func() bool) error {
+	r := NewTopicReader(b.Client, topic, b.Partitions)
+	for !done() {
+		n, err := r.Poll(ctx, each)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // TopicReader reads every partition of a topic from its start, in order
@@ -463,7 +552,7 @@ type DeadLetter struct {
 // CollectDeadLetters reads the dead-letter topic until done reports true.
 func (b *Broker) CollectDeadLetters(ctx context.Context, done func([]DeadLetter) bool) ([]DeadLetter, error) {
 	var out []DeadLetter
-	_, err := b.collect(ctx, b.Topics.DeadLetter, func(_ *Alerts, rec kafka.Record, value []byte) {
+	err := b.collect(ctx, b.Topics.DeadLetter, func(rec kafka.Record, value []byte) {
 		d := DeadLetter{Value: string(value)}
 		for _, h := range rec.Headers {
 			switch h.Key {
@@ -474,7 +563,7 @@ func (b *Broker) CollectDeadLetters(ctx context.Context, done func([]DeadLetter)
 			}
 		}
 		out = append(out, d)
-	}, func(*Alerts) bool { return done(out) })
+	}, func() bool { return done(out) })
 	return out, err
 }
 

@@ -9,11 +9,13 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/segmentio/kafka-go"
 )
 
 // Config configures a demo run. Start from DefaultConfig, which
@@ -24,6 +26,9 @@ type Config struct {
 	// group named for the run) instead of an embedded broker.
 	Brokers           []string
 	ReplicationFactor int
+	// Transport carries the TLS and SASL settings for Brokers (kafkasec);
+	// every client, writer and worker of the run uses them.
+	Transport *kafka.Transport
 
 	Workers                int
 	Partitions             int
@@ -123,13 +128,22 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.defaults()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	// Every progress line goes through hb, which adds a status line
+	// whenever nothing was written for a second.
+	hb := &heartbeat{out: cfg.Progress, last: time.Now()}
+	defer hb.start()()
+	cfg.Progress = hb
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, "demo: "+format+"\n", args...) }
+	began := time.Now()
+	hb.setStatus(func() string {
+		return fmt.Sprintf("starting the broker and %d workers (%s)", cfg.Workers, time.Since(began).Round(time.Second))
+	})
 
 	var b *Broker
 	var err error
 	where := "embedded broker"
 	if len(cfg.Brokers) > 0 {
-		b, err = UseBrokers(ctx, cfg.Brokers, cfg.Partitions, cfg.ReplicationFactor)
+		b, err = UseBrokers(ctx, cfg.Brokers, cfg.Partitions, cfg.ReplicationFactor, cfg.Transport)
 		where = "cluster"
 	} else {
 		b, err = StartBroker(cfg.Partitions)
@@ -155,40 +169,139 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return Report{}, err
 		}
 	}
+	hb.setStatus(func() string {
+		return fmt.Sprintf("waiting for %d workers to form a stable group (%s)", cfg.Workers, time.Since(began).Round(time.Second))
+	})
 	gen, err := f.WaitStable(ctx, cfg.Timeout)
 	if err != nil {
 		return Report{}, err
 	}
 	say("%d workers joined the group (generation %d, assignor %s)", cfg.Workers, gen, cfg.Assignor)
 
-	began := time.Now()
+	// Alerts are read (and, on the embedded broker, deleted once read)
+	// while the load generator runs, so that neither the broker nor this
+	// process holds a million of them.
+	want := cfg.Symbols * cfg.NotificationsPerSymbol
+	alerts := NewAlerts()
+	collectCtx, stopCollect := context.WithCancel(ctx)
+	defer stopCollect()
+	collected := make(chan error, 1)
+	go func() {
+		collected <- b.CollectAlertsInto(collectCtx, alerts, true, func(a *Alerts) bool { return a.Distinct() >= want })
+	}()
+
+	prog := newAlertProgress(cfg.Progress, want)
+	hb.setStatus(func() string { return prog.line(alerts.Distinct()) })
+	began = time.Now()
 	sum, err := loadgen.Run(ctx, loadgen.Config{
 		Brokers:                b.Addrs,
+		Transport:              b.Transport,
 		MarketTopic:            b.Topics.Market,
 		NotificationsTopic:     b.Topics.Notifications,
 		Symbols:                cfg.Symbols,
 		TicksPerSymbol:         cfg.TicksPerSymbol,
 		NotificationsPerSymbol: cfg.NotificationsPerSymbol,
 		Progress:               cfg.Progress,
+		DropIDs:                true,
 	})
 	if err != nil {
+		stopCollect()
+		<-collected
 		return Report{}, err
 	}
-	want := sum.Notifications
-	alerts, err := b.CollectAlerts(ctx, func(a *Alerts) bool { return len(a.ByID) >= want })
+	// Until the last alert, hb prints prog's line every second.
+	err = <-collected
+	hb.setStatus(nil)
+	if prog.lines > 0 {
+		say("%s", prog.line(alerts.Distinct())) // the last one
+	}
 	if err != nil {
-		return Report{}, fmt.Errorf("waiting for %d alerts (have %d): %w", want, len(alerts.ByID), err)
+		return Report{}, fmt.Errorf("waiting for %d alerts (have %d): %w", want, alerts.Distinct(), err)
 	}
 	// An alert is counted right after Kafka acknowledges it: wait for the
 	// counters to catch up with what was read.
 	elapsed := time.Since(began)
 	rep := f.report(cfg, sum.Notifications, alerts.Records)
-	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(len(alerts.ByID)) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(alerts.Distinct()) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		rep = f.report(cfg, sum.Notifications, alerts.Records)
 	}
 	rep.Elapsed = elapsed
 	return rep, nil
+}
+
+// alertProgress describes how many notifications have their alert, the
+// rate since its previous line and how many remain.
+type alertProgress struct {
+	lines     int
+	want      int
+	start     time.Time
+	last      time.Time
+	lastCount int
+}
+
+func newAlertProgress(_ io.Writer, want int) *alertProgress {
+	now := time.Now()
+	return &alertProgress{want: want, start: now, last: now}
+}
+
+// line returns the progress line for have alerts (with its newline).
+func (p *alertProgress) line(have int) string {
+	now := time.Now()
+	rate := float64(have-p.lastCount) / max(now.Sub(p.last).Seconds(), 1e-9)
+	p.last, p.lastCount = now, have
+	p.lines++
+	return fmt.Sprintf("%d/%d notifications have their alert (%.1f%%), %.0f alerts/s, %d remaining, %s since the load began",
+		have, p.want, 100*float64(have)/float64(max(p.want, 1)), rate, p.want-have, now.Sub(p.start).Round(100*time.Millisecond))
+}
+
+// heartbeat is the demo's progress writer: it passes lines through and,
+// while a status is set, writes "demo: <status>" whenever nothing was
+// written for a second.
+type heartbeat struct {
+	mu     sync.Mutex
+	out    io.Writer
+	last   time.Time
+	status func() string
+}
+
+func (h *heartbeat) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.last = time.Now()
+	return h.out.Write(p)
+}
+
+func (h *heartbeat) setStatus(f func() string) {
+	h.mu.Lock()
+	h.status = f
+	h.mu.Unlock()
+}
+
+// start runs the heartbeat; the returned func stops it and waits for it.
+func (h *heartbeat) start() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			h.mu.Lock()
+			if h.status != nil && time.Since(h.last) >= 750*time.Millisecond {
+				fmt.Fprintf(h.out, "demo: %s\n", h.status())
+				h.last = time.Now()
+			}
+			h.mu.Unlock()
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 func (r Report) total() int64 { return r.Joins.Local + r.Joins.Remote + r.Joins.Miss }

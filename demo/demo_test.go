@@ -166,7 +166,7 @@ func (h *harness) allAlerts() *Alerts {
 	defer cancel()
 	a, err := h.b.CollectAlerts(ctx, func(a *Alerts) bool {
 		for _, id := range h.ids {
-			if a.ByID[id] == 0 {
+			if a.Count(id) == 0 {
 				return false
 			}
 		}
@@ -175,7 +175,7 @@ func (h *harness) allAlerts() *Alerts {
 	if err != nil {
 		missing := 0
 		for _, id := range h.ids {
-			if a.ByID[id] == 0 {
+			if a.Count(id) == 0 {
 				missing++
 			}
 		}
@@ -354,8 +354,8 @@ func TestWorkerCrash(t *testing.T) {
 	h.produce(loadgen.Config{Symbols: 30, TicksPerSymbol: 1, NotificationsPerSymbol: 2})
 	a := h.allAlerts()
 	t.Logf("%d notifications, %d alerts, %d duplicates after the crash", len(h.ids), a.Records, a.Duplicates())
-	if len(a.ByID) < len(h.ids) {
-		t.Errorf("lost alerts: %d of %d notifications", len(a.ByID), len(h.ids))
+	if a.Distinct() < len(h.ids) {
+		t.Errorf("lost alerts: %d of %d notifications", a.Distinct(), len(h.ids))
 	}
 	for _, o := range h.f.Owners() {
 		if o == "w3" {

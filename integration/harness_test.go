@@ -55,7 +55,8 @@ func mainRun(m *testing.M) int {
 			brokers = append(brokers, b)
 		}
 	}
-	if len(brokers) == 0 {
+	secure = loadSecureEnv()
+	if len(brokers) == 0 && secure == nil {
 		return m.Run() // every test skips
 	}
 	dir, err := os.MkdirTemp("", "joiner-integration-")
@@ -116,8 +117,19 @@ type cluster struct {
 
 	alerts *alertReader
 	writer *kafka.Writer
-	// extraArgs are appended to every worker's command line.
-	extraArgs []string
+	// net is how the cluster's clients and workers reach the broker:
+	// plaintext on brokers, or the secure suite's settings.
+	net *clusterNet
+}
+
+// clusterNet is the connection settings of a cluster.
+type clusterNet struct {
+	brokers   []string
+	transport *kafka.Transport // nil: kafka-go's default
+	runFlags  []string         // added to `joiner run`
+	http      *http.Client     // for the workers' HTTP API
+	scheme    string           // http or https
+	token     string           // peer token sent to the workers; "" for none
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9-]+`)
@@ -128,6 +140,13 @@ var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9-]+`)
 func newCluster(t *testing.T, partitions int) *cluster {
 	t.Helper()
 	requireKafka(t)
+	return newClusterOn(t, partitions, &clusterNet{brokers: brokers, http: httpClient, scheme: "http"})
+}
+
+// newClusterOn is newCluster on the given connection settings.
+func newClusterOn(t *testing.T, partitions int, cn *clusterNet) *cluster {
+	t.Helper()
+	brokers := cn.brokers
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	name := strings.ToLower(strings.Trim(unsafeChars.ReplaceAllString(t.Name(), "-"), "-")) + "-" + hex.EncodeToString(suffix)
@@ -144,6 +163,10 @@ func newCluster(t *testing.T, partitions int) *cluster {
 		client:     &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 20 * time.Second},
 		workers:    map[string]*worker{},
 		starts:     map[string]int{},
+		net:        cn,
+	}
+	if cn.transport != nil {
+		c.client.Transport = cn.transport
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -170,6 +193,9 @@ func newCluster(t *testing.T, partitions int) *cluster {
 	})
 	c.waitTopics(ctx)
 	c.writer = loadgen.NewWriter(brokers)
+	if cn.transport != nil {
+		c.writer.Transport = cn.transport
+	}
 	t.Cleanup(func() { _ = c.writer.Close() })
 
 	rctx, stopReader := context.WithCancel(context.Background())
@@ -274,6 +300,7 @@ type worker struct {
 	cmd      *exec.Cmd
 	done     chan struct{}
 	err      error // the exit status, once done is closed
+	net      *clusterNet
 }
 
 func (w *worker) running() bool {
@@ -324,6 +351,7 @@ func (c *cluster) start(id string) *worker {
 		addr:     net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(c.t))),
 		logPath:  filepath.Join(c.dir, fmt.Sprintf("%s.%d.log", id, n)),
 		done:     make(chan struct{}),
+		net:      c.net,
 	}
 	if err := os.MkdirAll(w.stateDir, 0o755); err != nil {
 		c.t.Fatal(err)
@@ -333,7 +361,7 @@ func (c *cluster) start(id string) *worker {
 		c.t.Fatal(err)
 	}
 	args := append([]string{"run",
-		"--brokers", strings.Join(brokers, ","),
+		"--brokers", strings.Join(c.net.brokers, ","),
 		"--group", c.group,
 		"--instance-id", id,
 		"--market-topic", c.market,
@@ -343,7 +371,7 @@ func (c *cluster) start(id string) *worker {
 		"--state-dir", w.stateDir,
 		"--http-addr", w.addr,
 	}, workerFlags...)
-	args = append(args, c.extraArgs...)
+	args = append(args, c.net.runFlags...)
 	w.cmd = exec.Command(joinerBin, args...)
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	if err := w.cmd.Start(); err != nil {
@@ -385,7 +413,14 @@ var httpClient = &http.Client{Timeout: 3 * time.Second}
 // view reads the worker's /v1/assignment.
 func (w *worker) view() (join.AssignmentView, error) {
 	var v join.AssignmentView
-	res, err := httpClient.Get("http://" + w.addr + "/v1/assignment")
+	req, err := http.NewRequest(http.MethodGet, w.net.scheme+"://"+w.addr+"/v1/assignment", nil)
+	if err != nil {
+		return v, err
+	}
+	if w.net.token != "" {
+		req.Header.Set("Authorization", "Bearer "+w.net.token)
+	}
+	res, err := w.net.http.Do(req)
 	if err != nil {
 		return v, err
 	}

@@ -33,7 +33,7 @@ type oracleScenario struct {
 
 func runOracle(t *testing.T, sc oracleScenario) {
 	c := newCluster(t, partitions)
-	c.extraArgs = sc.args
+	c.net.runFlags = append(c.net.runFlags, sc.args...)
 	ws := map[string]*worker{}
 	var list []*worker
 	for _, id := range sc.workers {

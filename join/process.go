@@ -2,7 +2,6 @@ package join
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -319,12 +318,4 @@ func newDeadLetter(topic string, p int, rec record, err error) deadLetter {
 		reason = re.Reason
 	}
 	return deadLetter{topic: topic, partition: p, rec: rec, reason: reason, err: err.Error()}
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only our own plain structs are marshalled
-	}
-	return b
 }

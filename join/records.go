@@ -1,9 +1,6 @@
 package join
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 )
@@ -98,78 +95,62 @@ func reject(reason, format string, args ...any) error {
 }
 
 // DecodeTick parses and validates a market record value. It never panics;
-// every rejection is a *RecordError.
+// every rejection is a *RecordError. It uses the schema scanner of scan.go,
+// not reflection.
 func DecodeTick(value []byte, maxBytes int) (Tick, error) {
-	var t struct {
-		Symbol *string  `json:"symbol"`
-		Price  *float64 `json:"price"`
-	}
-	if err := decodeStrict(value, maxBytes, &t); err != nil {
+	if err := checkSize(value, maxBytes); err != nil {
 		return Tick{}, err
 	}
-	if t.Symbol == nil {
+	f := [2]jsonField{{name: "symbol"}, {name: "price", isNum: true}}
+	if err := scanRecord(value, f[:]); err != nil {
+		return Tick{}, err
+	}
+	symbol, price := &f[0], &f[1]
+	if !symbol.set {
 		return Tick{}, reject(ReasonMissingField, "tick has no symbol")
 	}
-	if t.Price == nil {
-		return Tick{}, reject(ReasonMissingField, "tick for %q has no price", *t.Symbol)
+	if !price.set {
+		return Tick{}, reject(ReasonMissingField, "tick for %q has no price", symbol.str)
 	}
-	if err := checkSymbol(*t.Symbol); err != nil {
+	if err := checkSymbol(symbol.str); err != nil {
 		return Tick{}, err
 	}
-	if math.IsNaN(*t.Price) || math.IsInf(*t.Price, 0) {
-		return Tick{}, reject(ReasonInvalidValue, "tick for %q has a non-finite price", *t.Symbol)
+	if math.IsNaN(price.num) || math.IsInf(price.num, 0) {
+		return Tick{}, reject(ReasonInvalidValue, "tick for %q has a non-finite price", symbol.str)
 	}
-	return Tick{Symbol: *t.Symbol, Price: *t.Price}, nil
+	return Tick{Symbol: symbol.str, Price: price.num}, nil
 }
 
 // DecodeNotification parses and validates a notifications record value. It
-// never panics; every rejection is a *RecordError.
+// never panics; every rejection is a *RecordError. It uses the schema
+// scanner of scan.go, not reflection.
 func DecodeNotification(value []byte, maxBytes int) (Notification, error) {
-	var n struct {
-		ID     *string `json:"id"`
-		User   *string `json:"user"`
-		Symbol *string `json:"symbol"`
-		Text   *string `json:"text"`
-	}
-	if err := decodeStrict(value, maxBytes, &n); err != nil {
+	if err := checkSize(value, maxBytes); err != nil {
 		return Notification{}, err
 	}
-	if n.Symbol == nil {
+	f := [4]jsonField{{name: "id"}, {name: "user"}, {name: "symbol"}, {name: "text"}}
+	if err := scanRecord(value, f[:]); err != nil {
+		return Notification{}, err
+	}
+	id, user, symbol, text := &f[0], &f[1], &f[2], &f[3]
+	if !symbol.set {
 		return Notification{}, reject(ReasonMissingField, "notification has no symbol")
 	}
-	if n.ID == nil || *n.ID == "" {
-		return Notification{}, reject(ReasonMissingField, "notification for %q has no id", *n.Symbol)
+	if !id.set || id.str == "" {
+		return Notification{}, reject(ReasonMissingField, "notification for %q has no id", symbol.str)
 	}
-	if err := checkSymbol(*n.Symbol); err != nil {
+	if err := checkSymbol(symbol.str); err != nil {
 		return Notification{}, err
 	}
-	out := Notification{ID: *n.ID, Symbol: *n.Symbol}
-	if n.User != nil {
-		out.User = *n.User
-	}
-	if n.Text != nil {
-		out.Text = *n.Text
-	}
-	return out, nil
+	return Notification{ID: id.str, User: user.str, Symbol: symbol.str, Text: text.str}, nil
 }
 
-func decodeStrict(value []byte, maxBytes int, v any) error {
+func checkSize(value []byte, maxBytes int) error {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRecordBytes
 	}
 	if len(value) > maxBytes {
 		return reject(ReasonOversized, "record of %d bytes exceeds the limit of %d", len(value), maxBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(value))
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return reject(ReasonWrongType, "field %q must be a %s, not %s", te.Field, te.Type, te.Value)
-		}
-		return reject(ReasonInvalidJSON, "%v", err)
-	}
-	if dec.More() {
-		return reject(ReasonInvalidJSON, "trailing data after the JSON object")
 	}
 	return nil
 }

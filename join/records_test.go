@@ -2,6 +2,7 @@ package join
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -76,25 +77,94 @@ func TestDecodeNotification(t *testing.T) {
 }
 
 // FuzzDecodeTick and FuzzDecodeNotification: untrusted bytes never panic,
-// and every rejection carries a known reason.
+// every rejection carries a known reason, and the schema scanner agrees
+// with the reflection decoder it replaced (records_ref_test.go): the same
+// value, or the same rejection reason.
 func FuzzDecodeTick(f *testing.F) {
-	for _, s := range []string{`{"symbol":"BBCA","price":1.5}`, `{"symbol":1}`, `{`, `null`, `{"symbol":"a","price":1e400}`} {
+	for _, s := range append(differentialSeeds, `{"symbol":"BBCA","price":1.5}`, `{"symbol":1}`, `{`, `null`, `{"symbol":"a","price":1e400}`) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tick, err := DecodeTick(b, 1024)
 		checkDecoded(t, err, tick.Symbol)
+		compareTick(t, b, 1024)
 	})
 }
 
 func FuzzDecodeNotification(f *testing.F) {
-	for _, s := range []string{`{"id":"n","symbol":"BBCA"}`, `{"id":3}`, `[]`, `""`} {
+	for _, s := range append(differentialSeeds, `{"id":"n","symbol":"BBCA"}`, `{"id":3}`, `[]`, `""`) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n, err := DecodeNotification(b, 1024)
 		checkDecoded(t, err, n.Symbol)
+		compareNotification(t, b, 1024)
 	})
+}
+
+// differentialSeeds are the corners where a hand-written scanner is most
+// likely to differ from encoding/json; TestDecodersAgree runs them all.
+var differentialSeeds = []string{
+	``, ` `, `{}`, `{} `, `{}x`, `{}]`, `{}}`, `{} {}`, `null`, `null x`, `null]`, `nul`, `true`, `1`, `1x`, `-`, `01`, `[1]x`, `"a"x`,
+	`{"id":"n","symbol":"S"}`, ` {"id":"n","symbol":"S"} `, "\t{\"id\":\"n\",\"symbol\":\"S\"}\r\n",
+	`{"ID":"n","SYMBOL":"S"}`, `{"Id":"n","sYmBoL":"S","USER":"u","Text":"t"}`,
+	`{"id":"n","ſymbol":"S"}`, `{"id":"n","\u0073ymbol":"S"}`, `{"id":"n","symbol":"S","symbol":null}`,
+	`{"id":"n","symbol":null,"symbol":"S"}`, `{"id":"n","symbol":"S","id":""}`,
+	`{"id":"n","symbol":7}`, `{"id":"n","symbol":7,}`, `{"id":"n","symbol":7 "x":1}`, `{"id":"n","symbol":{}}`,
+	`{"id":"n","symbol":[]}`, `{"id":"n","symbol":true}`, `{"id":["a",{"b":null}],"symbol":"S"}`,
+	`{"id":"n","symbol":"S","x":[1,2,{"y":[true,false,null,-0.5e+3]}]}`, `{"id":"n","symbol":"S","x":[1,]}`,
+	`{"id":"n","symbol":"S","x":01}`, `{"id":"n","symbol":"S","x":1.}`, `{"id":"n","symbol":"S","x":1e}`, `{"id":"n","symbol":"S","x":-}`,
+	`{"id":"n\"\\\/\b\f\n\r\t","symbol":"S"}`, `{"id":"\u00e9\ud83d\ude00\ud800\u0041\udc00x","symbol":"S"}`,
+	`{"id":"\ud800\ud800","symbol":"S"}`, `{"id":"\x","symbol":"S"}`, `{"id":"\u12","symbol":"S"}`, "{\"id\":\"a\x01\",\"symbol\":\"S\"}",
+	"{\"id\":\"\xff\xfe\",\"symbol\":\"S\"}", "{\"id\":\"\xe2\x82\",\"symbol\":\"S\"}", "{\"id\":\"é\",\"symbol\":\"BB\xffCA\"}",
+	`{"id":"n","symbol":"A/B"}`, `{"id":"n","symbol":"A B"}`, `{"id":"n","symbol":""}`, `{"id":1,"symbol":"S","user":{"x":1}}`,
+	`{"symbol":"S","price":1}`, `{"symbol":"S","price":-0}`, `{"symbol":"S","price":1e400}`, `{"symbol":"S","price":-1e400}`,
+	`{"symbol":"S","price":1e-400}`, `{"symbol":"S","price":"1"}`, `{"symbol":"S","price":null}`, `{"symbol":"S","PRICE":2.5}`,
+	`{"symbol":"S","price":123456789012345678901234567890}`, `{"symbol":"S","price":0.1e1,"price":3}`,
+	`{"symbol":"S","price":1,"symbol":"T"}`, `{"symbol":"S","price":1}]`, `{"symbol":"S","price":1}}x`,
+	`{"a":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `,"id":"n","symbol":"S"}`,
+	`{"a":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `,"id":"n","symbol":"S"}`,
+	`{"a":` + strings.Repeat(`{"b":`, 9999) + `1` + strings.Repeat("}", 9999) + `,"id":"n","symbol":"S"}`,
+	`{"a":` + strings.Repeat(`{"b":`, 10000) + `1` + strings.Repeat("}", 10000) + `,"id":"n","symbol":"S"}`,
+	strings.Repeat("[", 10001),
+}
+
+func TestDecodersAgree(t *testing.T) {
+	for _, s := range differentialSeeds {
+		for _, maxBytes := range []int{0, 1 << 20} {
+			compareTick(t, []byte(s), maxBytes)
+			compareNotification(t, []byte(s), maxBytes)
+		}
+	}
+}
+
+func reasonOf(err error) string {
+	var re *RecordError
+	if errors.As(err, &re) {
+		return re.Reason
+	}
+	if err != nil {
+		return "not a RecordError: " + err.Error()
+	}
+	return ""
+}
+
+func compareTick(t *testing.T, b []byte, maxBytes int) {
+	t.Helper()
+	got, err := DecodeTick(b, maxBytes)
+	want, werr := refDecodeTick(b, maxBytes)
+	if reasonOf(err) != reasonOf(werr) || got.Symbol != want.Symbol || math.Float64bits(got.Price) != math.Float64bits(want.Price) {
+		t.Fatalf("DecodeTick(%q) = %+v, %v; the reflection decoder says %+v, %v", b, got, err, want, werr)
+	}
+}
+
+func compareNotification(t *testing.T, b []byte, maxBytes int) {
+	t.Helper()
+	got, err := DecodeNotification(b, maxBytes)
+	want, werr := refDecodeNotification(b, maxBytes)
+	if reasonOf(err) != reasonOf(werr) || got != want {
+		t.Fatalf("DecodeNotification(%q) = %+v, %v; the reflection decoder says %+v, %v", b, got, err, want, werr)
+	}
 }
 
 func checkDecoded(t *testing.T, err error, symbol string) {

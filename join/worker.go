@@ -665,11 +665,7 @@ func (w *Worker) commit(ctx context.Context) error {
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
 func (w *Worker) writeOut(ctx context.Context, alerts []Alert, dead []deadLetter) error {
-	msgs := make([]kafka.Message, 0, len(alerts)+len(dead))
-	for i := range alerts {
-		a := &alerts[i]
-		msgs = append(msgs, kafka.Message{Topic: w.cfg.AlertsTopic, Key: []byte(a.Symbol), Value: mustJSON(a)})
-	}
+	msgs := appendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.AlertsTopic, alerts)
 	for _, d := range dead {
 		msgs = append(msgs, kafka.Message{
 			Topic: w.cfg.DeadLetterTopic,

@@ -26,6 +26,9 @@ type Config struct {
 	// Writer, when set, is used instead of one built from Brokers. Its
 	// Topic must be empty.
 	Writer *kafka.Writer
+	// Transport carries the requests of the writer built from Brokers,
+	// with its TLS and SASL settings (kafkasec). Default: kafka-go's.
+	Transport *kafka.Transport
 
 	// MarketTopic and NotificationsTopic. Default: market, notifications.
 	MarketTopic        string
@@ -46,6 +49,9 @@ type Config struct {
 	// RunID is put in notification ids so several runs on the same topics
 	// stay distinct. Default: none.
 	RunID string
+	// DropIDs leaves Summary.NotificationIDs empty, for runs too large to
+	// keep every id (the demo counts alerts instead).
+	DropIDs bool
 
 	// Progress receives a line at least once a second and a summary.
 	// Default: io.Discard.
@@ -60,7 +66,8 @@ type Summary struct {
 	Elapsed       time.Duration
 	// LastPrice is the last price produced for each symbol.
 	LastPrice map[string]float64
-	// NotificationIDs are the ids of the well-formed notifications.
+	// NotificationIDs are the ids of the well-formed notifications (none
+	// with Config.DropIDs).
 	NotificationIDs []string
 }
 
@@ -110,6 +117,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			return Summary{}, errors.New("loadgen: no brokers given")
 		}
 		w = NewWriter(cfg.Brokers)
+		if cfg.Transport != nil {
+			w.Transport = cfg.Transport
+		}
 		defer w.Close()
 	}
 	syms := Symbols(cfg.Symbols)
@@ -145,7 +155,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 				return sum, err
 			}
 			sum.Notifications++
-			sum.NotificationIDs = append(sum.NotificationIDs, id)
+			if !cfg.DropIDs {
+				sum.NotificationIDs = append(sum.NotificationIDs, id)
+			}
 		}
 	}
 	bad := []string{`{"id":"bad","symbol":`, `{"id":"bad"}`, `{"id":"bad","symbol":42}`, `not json`}

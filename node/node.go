@@ -70,9 +70,24 @@ type Config struct {
 	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
 	HistoryRetention time.Duration
 
-	// Transport carries every Kafka request of the node. Default:
-	// kafka-go's default transport.
+	// Transport carries every Kafka request of the node: the group
+	// client, the fetchers, the writer and the admin calls. Give it the
+	// TLS and SASL settings (kafkasec). Default: kafka-go's default
+	// transport.
 	Transport kafka.RoundTripper
+
+	// PeerTokenFile holds a bearer token that every request to the HTTP
+	// API needs except /metrics, /healthz and /readyz, and that the node
+	// sends on its price lookups to other members. Default: no token.
+	PeerTokenFile string
+	// HTTPCertFile and HTTPKeyFile serve the HTTP API over TLS; the node
+	// then reaches other members over https, verifying their
+	// certificates against PeerCAFile (default: the system roots).
+	HTTPCertFile, HTTPKeyFile string
+	PeerCAFile                string
+	// Pprof mounts net/http/pprof under /debug/pprof/ on the HTTP
+	// listener. Default: off.
+	Pprof bool
 
 	// ProcessMetrics adds the Go and process collectors to the registry.
 	// The demo turns it off since its nodes share one process.
@@ -93,6 +108,7 @@ type Node struct {
 	listener net.Listener
 	addr     string
 	reg      *prometheus.Registry
+	peer     *peerAuth
 }
 
 // New checks the topics, opens the stores and the HTTP listener, and
@@ -171,6 +187,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.ProcessMetrics {
 		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	if n.peer, err = newPeerAuth(cfg, n.reg); err != nil {
+		return nil, err
+	}
 	n.worker, err = join.NewWorker(join.Config{
 		Client:             n.client,
 		Writer:             n.writer,
@@ -183,6 +202,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		MaxTaskIdle:        cfg.MaxTaskIdle,
 		CommitInterval:     cfg.CommitInterval,
 		HistoryRetention:   cfg.HistoryRetention,
+		HTTPClient:         n.peer.client(),
 		Registerer:         n.reg,
 		Logger:             cfg.Logger,
 	})
@@ -246,16 +266,22 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 // starts and waits for them.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
-	srv := &http.Server{Handler: n.worker.Handler(n.reg), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: n.peer.handler(withPprof(n.worker.Handler(n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
+	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
+	serve := srv.Serve
+	if httpTLS {
+		serve = func(l net.Listener) error { return srv.ServeTLS(l, "", "") }
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := srv.Serve(n.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(n.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
-	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group)
+	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group,
+		"http_tls", httpTLS, "peer_token", n.peer.token != nil)
 	err := n.worker.Run(ctx, n.member)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/kafkasec"
 )
 
 // runDemo is `joiner demo`: embedded broker, workers and load generator in
@@ -34,6 +35,7 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Timeout, "timeout", def.Timeout, "give up after this long")
 	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
 	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")
+	sec := kafkasec.AddFlags(fs)
 	if status, ok := parseFlags(fs, args, false); !ok {
 		return status
 	}
@@ -46,6 +48,14 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "joiner demo: %v\n", err)
 		return 2
 	}
+	if err := sec.Validate(); err != nil {
+		fmt.Fprintf(stderr, "joiner demo: %v\n", err)
+		return 2
+	}
+	if len(cfg.Brokers) == 0 && (sec.TLSEnabled() || sec.SASLMechanism != "") {
+		fmt.Fprintln(stderr, "joiner demo: the --tls-* and --sasl-* flags are for a cluster given with --brokers; the embedded broker is plaintext")
+		return 2
+	}
 	level := slog.LevelWarn
 	if verbose {
 		level = slog.LevelInfo
@@ -55,6 +65,14 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(cfg.Brokers) > 0 {
+		tr, err := sec.Connect(ctx, cfg.Brokers, cfg.Logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "joiner demo: %v\n", err)
+			return 1
+		}
+		cfg.Transport = tr
+	}
 	rep, err := demo.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "joiner demo: %v\n", err)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/loadgen"
 )
 
@@ -27,6 +29,7 @@ func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.IntVar(&cfg.Malformed, "malformed", 0, "malformed notifications to add (they go to the dead-letter topic)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "records per second; 0 is as fast as possible")
 	fs.StringVar(&cfg.RunID, "run-id", "", "tag in notification ids, to keep several runs apart")
+	sec := kafkasec.AddFlags(fs)
 	if status, ok := parseFlags(fs, args, true); !ok {
 		return status
 	}
@@ -38,10 +41,19 @@ func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "joiner loadgen: --symbols must be at least 1; counts and --rate must not be negative")
 		return 2
 	}
+	if err := sec.Validate(); err != nil {
+		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
+		return 2
+	}
 	cfg.Brokers = splitList(brokers)
 	cfg.Progress = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var err error
+	if cfg.Transport, err = sec.Connect(ctx, cfg.Brokers, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
+		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
+		return 1
+	}
 	if _, err := loadgen.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
 		return 1

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/node"
 )
 
@@ -19,6 +21,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 		cfg                node.Config
 		brokers, stateDirs string
 		logFormat, logLvl  string
+		httpCAFile         string
 	)
 	fs.StringVar(&brokers, "brokers", "localhost:9092", "Kafka bootstrap brokers, comma-separated")
 	fs.StringVar(&cfg.Group, "group", "joiner", "consumer group id")
@@ -43,6 +46,12 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "longest a notification waits for the market to be read past its timestamp")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
 	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")
+	sec := kafkasec.AddFlags(fs)
+	fs.StringVar(&cfg.PeerTokenFile, "peer-token-file", "", "file holding the bearer token required on /v1/* and sent to other workers (default no token)")
+	fs.StringVar(&cfg.HTTPCertFile, "http-tls-cert-file", "", "PEM certificate to serve the HTTP listener over TLS; other workers are then reached over https")
+	fs.StringVar(&cfg.HTTPKeyFile, "http-tls-key-file", "", "PEM private key of --http-tls-cert-file")
+	fs.StringVar(&httpCAFile, "http-tls-ca-file", "", "PEM CA bundle that signs the workers' HTTP certificates (default --tls-ca-file, else the system roots)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the --http-addr listener")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLvl, "log-level", "info", "log level: debug, info, warn or error")
 	if status, ok := parseFlags(fs, args, true); !ok {
@@ -57,13 +66,24 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "joiner run: %v\n", err)
 		return 2
 	}
+	if err := sec.Validate(); err != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 2
+	}
 	cfg.Brokers = splitList(brokers)
 	cfg.StateDirs = splitList(stateDirs)
 	cfg.ProcessMetrics = true
 	cfg.Logger = log
+	cfg.PeerCAFile = cmp.Or(httpCAFile, sec.CAFile)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tr, err := sec.Connect(ctx, cfg.Brokers, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 1
+	}
+	cfg.Transport = tr
 	n, err := node.New(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "joiner run: %v\n", err)

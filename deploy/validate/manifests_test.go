@@ -29,25 +29,28 @@ const repoRoot = "../.."
 var k8sDir = filepath.Join(repoRoot, "deploy", "k8s")
 
 // workerEnv are the JOINER_* settings `joiner run` reads: the flags the brief
-// fixed, plus every flag declared in cmd/joiner/run.go (each flag --x-y is
-// also read from JOINER_X_Y). A key outside this set is a typo.
+// fixed, plus every flag declared in cmd/joiner/run.go and, for the broker
+// security flags, kafkasec/kafkasec.go (each flag --x-y is also read from
+// JOINER_X_Y), plus JOINER_SASL_PASSWORD. A key outside this set is a typo.
 var workerEnv = func() []string {
 	names := []string{
 		"JOINER_BROKERS", "JOINER_GROUP", "JOINER_INSTANCE_ID", "JOINER_MARKET_TOPIC",
 		"JOINER_NOTIFICATIONS_TOPIC", "JOINER_ALERTS_TOPIC", "JOINER_DEAD_LETTER_TOPIC",
 		"JOINER_STATE_DIR", "JOINER_HTTP_ADDR", "JOINER_ADVERTISE_ADDR", "JOINER_CREATE_TOPICS",
 		"JOINER_PARTITIONS", "JOINER_ASSIGNOR", "JOINER_SESSION_TIMEOUT", "JOINER_REBALANCE_TIMEOUT",
-		"JOINER_MAX_TASK_IDLE", "JOINER_LOG_FORMAT", "JOINER_LOG_LEVEL",
-	}
-	src, err := os.ReadFile(filepath.Join(repoRoot, "cmd", "joiner", "run.go"))
-	if err != nil {
-		return names
+		"JOINER_MAX_TASK_IDLE", "JOINER_LOG_FORMAT", "JOINER_LOG_LEVEL", "JOINER_SASL_PASSWORD",
 	}
 	flagDecl := regexp.MustCompile(`fs\.[A-Za-z0-9]+\([^,]+,\s*"([a-z0-9-]+)"`)
-	for _, m := range flagDecl.FindAllStringSubmatch(string(src), -1) {
-		n := "JOINER_" + strings.ToUpper(strings.ReplaceAll(m[1], "-", "_"))
-		if !slices.Contains(names, n) {
-			names = append(names, n)
+	for _, file := range []string{filepath.Join("cmd", "joiner", "run.go"), filepath.Join("kafkasec", "kafkasec.go")} {
+		src, err := os.ReadFile(filepath.Join(repoRoot, file))
+		if err != nil {
+			continue
+		}
+		for _, m := range flagDecl.FindAllStringSubmatch(string(src), -1) {
+			n := "JOINER_" + strings.ToUpper(strings.ReplaceAll(m[1], "-", "_"))
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
 		}
 	}
 	return names

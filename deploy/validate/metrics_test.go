@@ -36,6 +36,8 @@ var exported = map[string]string{
 	"joiner_records_total":         "counter",
 	"joiner_store_rebuilds_total":  "counter",
 	"joiner_remote_lookup_seconds": "histogram",
+	// node: requests refused for a missing or wrong peer token.
+	"joiner_http_unauthorized_total": "counter",
 }
 
 var (

@@ -1,6 +1,7 @@
 // Command kafkawait waits until a Kafka broker answers a Metadata request
 // that lists at least one broker. scripts/kafka uses it after starting the
-// broker; it is not part of the joiner binary.
+// broker; it is not part of the joiner binary. It takes joiner's broker
+// security flags (--tls-*, --sasl-*), for scripts/kafka-secure.
 //
 // Exit status: 0 when the broker answered, 1 on timeout, 2 when the process
 // named by -pid exited first (the broker died during startup).
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -22,14 +24,20 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:9092", "broker `host:port`")
 	timeout := flag.Duration("timeout", 90*time.Second, "give up after this long")
 	pid := flag.Int("pid", 0, "stop waiting when this process exits (0: do not watch)")
+	sec := kafkasec.AddFlags(flag.CommandLine)
 	flag.Parse()
-	os.Exit(wait(*addr, *timeout, *pid))
+	s, err := sec.Build()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kafkawait: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(wait(*addr, *timeout, *pid, s.Transport()))
 }
 
-func wait(addr string, timeout time.Duration, pid int) int {
+func wait(addr string, timeout time.Duration, pid int, transport *kafka.Transport) int {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 2 * time.Second}
+	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 2 * time.Second, Transport: transport}
 	var last error
 	for {
 		if pid > 0 && !alive(pid) {

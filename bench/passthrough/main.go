@@ -1,0 +1,267 @@
+// Command passthrough is the ceiling contestant of scripts/bench: joiner's
+// own kafka-go read path and Writer settings with no decode and no join.
+// It copies every record of the input topic, from the first offset, to the
+// output topic (same key and value), per partition as joiner's tasks: a
+// reader goroutine fetches with kafka.Client.Fetch (the parameters of
+// join's partitionReader) one batch ahead, as join's prefetch does, while
+// the previous batch is written with a kafka.Writer configured as node.New
+// configures joiner's, waiting for the acknowledgement. It prints "ready UNIX_MS" when the first fetches start and runs
+// until SIGTERM or SIGINT.
+//
+// With --consume-only it reads one partition (--partition) from its first
+// offset to the end offset taken at start, as a restore does, and prints
+// "consumed N records in D (R records/s)": the raw-consume baseline of the
+// restore figure.
+//
+//	passthrough --brokers host:port --input notifications --output out
+//	passthrough --brokers host:port --input market --consume-only --partition 0
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/segmentio/kafka-go"
+)
+
+func main() {
+	var (
+		brokers, input, output string
+		consumeOnly            bool
+		partition              int
+		maxWait                time.Duration
+	)
+	flag.StringVar(&brokers, "brokers", "localhost:9092", "bootstrap brokers, comma-separated")
+	flag.StringVar(&input, "input", "notifications", "topic to read")
+	flag.StringVar(&output, "output", "", "topic to copy to (required unless --consume-only)")
+	flag.BoolVar(&consumeOnly, "consume-only", false, "read --partition to its end offset, print the rate and exit")
+	flag.IntVar(&partition, "partition", 0, "partition read by --consume-only")
+	flag.DurationVar(&maxWait, "fetch-max-wait", 250*time.Millisecond, "long-poll time of a fetch (joiner's default)")
+	flag.Parse()
+	if !consumeOnly && output == "" {
+		fmt.Fprintln(os.Stderr, "passthrough: --output is required (or --consume-only)")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	addrs := strings.Split(brokers, ",")
+	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 30 * time.Second}
+	var err error
+	if consumeOnly {
+		err = consume(ctx, client, input, partition, maxWait)
+	} else {
+		err = copyAll(ctx, client, addrs, input, output, maxWait)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "passthrough: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// copyAll copies every partition of input to output until ctx ends.
+func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, output string, maxWait time.Duration) error {
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{input}})
+	if err != nil {
+		return fmt.Errorf("metadata of %s: %w", input, err)
+	}
+	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		return fmt.Errorf("topic %s: not found (%v)", input, md.Topics)
+	}
+	// node.New's Writer for alerts (each message names its topic).
+	w := &kafka.Writer{
+		Addr:         kafka.TCP(addrs...),
+		Balancer:     &murmur2.Balancer{},
+		RequiredAcks: kafka.RequireAll,
+		BatchSize:    5000,
+		BatchBytes:   8 << 20,
+		BatchTimeout: 2 * time.Millisecond,
+	}
+	defer w.Close()
+	fmt.Printf("ready %d\n", time.Now().UnixMilli())
+	var wg sync.WaitGroup
+	errs := make(chan error, len(md.Topics[0].Partitions))
+	for _, p := range md.Topics[0].Partitions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- copyPartition(ctx, client, w, input, output, p.ID, maxWait)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+func copyPartition(ctx context.Context, client *kafka.Client, w *kafka.Writer, topic, output string, p int, maxWait time.Duration) error {
+	r := &reader{client: client, topic: topic, partition: p, next: -1, maxWait: maxWait}
+	// As join's prefetch: one goroutine fetches ahead (one batch buffered)
+	// while the previous batch is written.
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // first: ends the fetcher
+	batches := make(chan []record, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(batches)
+		for ctx.Err() == nil {
+			recs, err := r.fetch(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					fmt.Fprintf(os.Stderr, "passthrough: %v; retrying\n", err)
+					time.Sleep(100 * time.Millisecond)
+				}
+				continue
+			}
+			if len(recs) == 0 {
+				continue
+			}
+			select {
+			case batches <- recs:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	for recs := range batches {
+		msgs := make([]kafka.Message, len(recs))
+		for i, rec := range recs {
+			msgs[i] = kafka.Message{Topic: output, Key: rec.key, Value: rec.value}
+		}
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("writing %d records read from %s-%d: %w", len(msgs), topic, p, err)
+		}
+	}
+	return ctx.Err()
+}
+
+// consume reads partition p of topic from its first offset to the end
+// offset taken now, and prints the rate.
+func consume(ctx context.Context, client *kafka.Client, topic string, p int, maxWait time.Duration) error {
+	r := &reader{client: client, topic: topic, partition: p, next: -1, maxWait: maxWait}
+	end, err := listOffset(ctx, client, topic, p, kafka.LastOffset)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	n := 0
+	for r.next < end {
+		recs, err := r.fetch(ctx)
+		if err != nil {
+			return err
+		}
+		n += len(recs)
+	}
+	d := time.Since(start)
+	fmt.Printf("consumed %d records in %s (%.0f records/s)\n", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
+	return nil
+}
+
+type record struct {
+	offset     int64
+	time       time.Time
+	key, value []byte
+}
+
+// reader is a copy of join's partitionReader.fetch (join/fetch.go): the
+// same Fetch parameters, every key and value copied out of kafka-go's
+// buffers.
+type reader struct {
+	client    *kafka.Client
+	topic     string
+	partition int
+	next      int64
+	maxWait   time.Duration
+}
+
+func (r *reader) fetch(ctx context.Context) ([]record, error) {
+	if r.next < 0 {
+		first, err := listOffset(ctx, r.client, r.topic, r.partition, kafka.FirstOffset)
+		if err != nil {
+			return nil, err
+		}
+		r.next = first
+	}
+	res, err := r.client.Fetch(ctx, &kafka.FetchRequest{
+		Topic: r.topic, Partition: r.partition, Offset: r.next,
+		MinBytes: 1, MaxBytes: 4 << 20, MaxWait: r.maxWait,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, err)
+	}
+	if res.Error != nil {
+		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, res.Error)
+	}
+	var out []record
+	for {
+		rec, err := res.Records.ReadRecord()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return out, fmt.Errorf("read records of %s-%d at offset %d: %w", r.topic, r.partition, r.next, err)
+		}
+		if rec.Offset < r.next {
+			continue
+		}
+		v, err := readBytes(rec.Value)
+		if err != nil {
+			return out, err
+		}
+		k, err := readBytes(rec.Key)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, record{offset: rec.Offset, time: rec.Time, key: k, value: v})
+		r.next = rec.Offset + 1
+	}
+	return out, nil
+}
+
+func readBytes(b kafka.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	defer b.Close()
+	return kafka.ReadAll(b)
+}
+
+func listOffset(ctx context.Context, c *kafka.Client, topic string, partition int, which int64) (int64, error) {
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{topic: {{Partition: partition, Timestamp: which}}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list offsets of %s-%d: %w", topic, partition, err)
+	}
+	for _, p := range res.Topics[topic] {
+		if p.Partition != partition {
+			continue
+		}
+		if p.Error != nil {
+			return 0, fmt.Errorf("list offsets of %s-%d: %w", topic, partition, p.Error)
+		}
+		if which == kafka.FirstOffset {
+			return p.FirstOffset, nil
+		}
+		return p.LastOffset, nil
+	}
+	return 0, fmt.Errorf("list offsets of %s-%d: partition missing from the response", topic, partition)
+}

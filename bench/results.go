@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type results struct {
+	env     []string
+	backlog string
+	drain   []drainRound
+	latency []latencyRound
+	restore []restoreRound
+	demo    *demoRun
+	profile string // CPU profile file, if taken
+}
+
+// environment describes the machine and the run.
+func environment(c config) []string {
+	mem := "unknown"
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				if kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64); err == nil {
+					mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+				}
+			}
+		}
+	}
+	nproc := strconv.Itoa(runtime.NumCPU())
+	if out, err := exec.Command("nproc").Output(); err == nil {
+		nproc = strings.TrimSpace(string(out))
+	}
+	commit := "unknown"
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+		if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
+			commit += " (with uncommitted changes)"
+		}
+	}
+	java := "not used"
+	if c.kstreamsJar != "" {
+		if out, err := exec.Command(c.java, "-version").CombinedOutput(); err == nil {
+			java = strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
+		}
+	}
+	return []string{
+		"command: `" + c.command + "`",
+		"date: " + time.Now().UTC().Format(time.RFC3339),
+		"nproc: " + nproc + ", memory: " + mem + ", " + runtime.GOOS + "/" + runtime.GOARCH,
+		"broker: Apache Kafka " + c.brokerVersion + " at " + c.brokers + " (single node)",
+		"joiner commit: " + commit + ", " + runtime.Version(),
+		"java: " + java,
+		"load average at the start: " + loadavg() + " (other processes on this machine share its cores: compare ratios, not absolute rates)",
+	}
+}
+
+// loadavg is the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+var order = []string{"joiner-1w", "joiner-2w", "passthrough", "kstreams"}
+
+func (r *results) byContestant() (names []string, m map[string][]drainRound) {
+	m = map[string][]drainRound{}
+	for _, d := range r.drain {
+		m[d.Contestant] = append(m[d.Contestant], d)
+	}
+	for _, n := range order {
+		if len(m[n]) > 0 {
+			names = append(names, n)
+		}
+	}
+	return names, m
+}
+
+func collect[T any](rs []T, f func(T) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+// pairRatios is a/b for each round present in both.
+func pairRatios(a, b []drainRound) []float64 {
+	var out []float64
+	for _, x := range a {
+		for _, y := range b {
+			if x.Round == y.Round {
+				out = append(out, x.Rate()/y.Rate())
+			}
+		}
+	}
+	return out
+}
+
+func (r *results) ratioLines() []string {
+	_, m := r.byContestant()
+	var out []string
+	add := func(a, b, what string) {
+		if len(m[a]) == 0 || len(m[b]) == 0 {
+			return
+		}
+		med := spreadOf(collect(m[a], drainRound.Rate)).Median / spreadOf(collect(m[b], drainRound.Rate)).Median
+		out = append(out, fmt.Sprintf("%s: %s of medians; per round %s", what, ratio(med), spreadOf(pairRatios(m[a], m[b])).format(ratio)))
+	}
+	add("joiner-1w", "passthrough", "joiner 1 worker / kafka-go pass-through (target ≥ 0.8)")
+	add("joiner-1w", "kstreams", "joiner 1 worker / Kafka Streams (target ≥ 4)")
+	add("joiner-2w", "joiner-1w", "joiner 2 workers / 1 worker")
+	return out
+}
+
+// summary is what the command prints at the end: every figure.
+func (r *results) summary() string {
+	var b strings.Builder
+	names, m := r.byContestant()
+	if len(names) > 0 {
+		fmt.Fprintf(&b, "drain throughput (%s), median (min–max) of %d rounds:\n", r.backlog, len(m[names[0]]))
+		for _, n := range names {
+			rs := m[n]
+			fmt.Fprintf(&b, "  %-12s %s notifications/s; first output %s after ready; ready %s after start; CPU %s per notification\n", n,
+				spreadOf(collect(rs, drainRound.Rate)).format(rate),
+				spreadOf(collect(rs, func(d drainRound) float64 { return d.First.Sub(d.Ready).Seconds() })).format(secs),
+				spreadOf(collect(rs, func(d drainRound) float64 { return d.Ready.Sub(d.Start).Seconds() })).format(secs),
+				spreadOf(collect(rs, drainRound.CPUPerRecordMicros)).format(micros))
+		}
+		for _, l := range r.ratioLines() {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+		if ks := m["kstreams"]; len(ks) > 0 {
+			fmt.Fprintf(&b, "  kstreams: JVM start to first output %s, first to last output %s\n",
+				spreadOf(collect(ks, func(d drainRound) float64 { return d.First.Sub(d.Start).Seconds() })).format(secs),
+				spreadOf(collect(ks, func(d drainRound) float64 { return d.Last.Sub(d.First).Seconds() })).format(secs))
+		}
+	}
+	if len(r.latency) > 0 {
+		fmt.Fprintf(&b, "end-to-end latency (1 worker, steady load), median (min–max) of %d rounds: p50 %s, p90 %s, p99 %s (target ≤ 50 ms), p99.9 %s, max %s\n", len(r.latency),
+			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.P50 })).format(ms),
+			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.P90 })).format(ms),
+			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.P99 })).format(ms),
+			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.P999 })).format(ms),
+			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.Max })).format(ms))
+	}
+	if len(r.restore) > 0 {
+		j, raw := r.restoreKinds()
+		fmt.Fprintf(&b, "restore (%.0f ticks, one partition): joiner into Pebble %s records/s; raw consume %s records/s; ratio %s (target ≥ 0.8)\n",
+			j[0].Records, spreadOf(collect(j, restoreRound.Rate)).format(rate), spreadOf(collect(raw, restoreRound.Rate)).format(rate), r.restoreRatio().format(ratio))
+	}
+	if d := r.demo; d != nil {
+		fmt.Fprintf(&b, "joiner demo, %d notifications: peak RSS %s (target ≤ 300 MiB), %s, CPU %s, longest silence on stderr %s\n",
+			d.Notifications, mib(float64(d.MaxRSSKiB)/1024), secs(d.Seconds), d.CPU.Round(time.Millisecond), d.MaxGap.Round(time.Millisecond))
+	}
+	return b.String()
+}
+
+func (r *results) restoreKinds() (j, raw []restoreRound) {
+	for _, x := range r.restore {
+		if x.Kind == "joiner" {
+			j = append(j, x)
+		} else {
+			raw = append(raw, x)
+		}
+	}
+	return j, raw
+}
+
+func (r *results) restoreRatio() spread {
+	j, raw := r.restoreKinds()
+	var rs []float64
+	for i := range min(len(j), len(raw)) {
+		rs = append(rs, j[i].Rate()/raw[i].Rate())
+	}
+	return spreadOf(rs)
+}
+
+// write writes the results file and its charts; it returns the file's path.
+func (r *results) write(c config) (string, error) {
+	if err := os.MkdirAll(c.outDir, 0o755); err != nil {
+		return "", err
+	}
+	base := time.Now().UTC().Format("2006-01-02") + "-" + c.name
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Benchmark %s\n\n", base)
+	for _, e := range r.env {
+		fmt.Fprintf(&b, "- %s\n", e)
+	}
+	fmt.Fprintf(&b, "- load average at the end: %s\n", loadavg())
+	fmt.Fprintf(&b, "\n## Summary\n\n```\n%s```\n", r.summary())
+	names, m := r.byContestant()
+	if len(names) > 0 {
+		chart := base + "-throughput.svg"
+		var bars []bar
+		for _, n := range names {
+			s := spreadOf(collect(m[n], drainRound.Rate))
+			bars = append(bars, bar{Label: n, Value: s.Median, Low: s.Min, Hi: s.Max, Sublabel: rate(s.Median) + "/s"})
+		}
+		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart("Drain throughput, median of rounds (whiskers: min–max)", "notifications/s", bars), 0o644); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "\n## Drain throughput\n\nBacklog: %s. Each round starts the contestant with a fresh group and output topic (LogAppendTime) and ends when the output holds one record per notification. Ready: joiner's first task has restored its state and starts on its notifications (its log line); the pass-through and Kafka Streams print it (Kafka Streams at RUNNING). Rate = notifications / (last output append time − ready). CPU = user + system time of the contestant's processes (rusage), start to stop, per notification.\n\n![throughput](%s)\n\n", r.backlog, chart)
+		b.WriteString("| contestant | round | notifications | ready after start | first output after ready | ready → last output | notifications/s | CPU | CPU/notification | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, d := range r.drain {
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %.2f µs | %d MiB |\n", d.Contestant, d.Round, d.N,
+				secs(d.Ready.Sub(d.Start).Seconds()), secs(d.First.Sub(d.Ready).Seconds()), secs(d.Last.Sub(d.Ready).Seconds()), d.Rate(),
+				d.CPU.Round(time.Millisecond), d.CPUPerRecordMicros(), d.MaxRSSKiB>>10)
+		}
+		b.WriteString("\nRatios (within this run):\n\n")
+		for _, l := range r.ratioLines() {
+			fmt.Fprintf(&b, "- %s\n", l)
+		}
+	}
+	if len(r.latency) > 0 {
+		chart := base + "-latency.svg"
+		var bars []bar
+		for _, q := range []struct {
+			name string
+			f    func(latencyRound) float64
+		}{{"p50", func(l latencyRound) float64 { return l.P50 }}, {"p90", func(l latencyRound) float64 { return l.P90 }},
+			{"p99", func(l latencyRound) float64 { return l.P99 }}, {"p99.9", func(l latencyRound) float64 { return l.P999 }},
+			{"max", func(l latencyRound) float64 { return l.Max }}} {
+			s := spreadOf(collect(r.latency, q.f))
+			bars = append(bars, bar{Label: q.name, Value: s.Median, Low: s.Min, Hi: s.Max, Sublabel: fmt.Sprintf("%.0f ms", s.Median)})
+		}
+		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart("End-to-end latency percentiles, 1 worker (whiskers: min–max of rounds)", "ms", bars), 0o644); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "\n## End-to-end latency\n\nOne worker, %d partitions, a steady %.0f notifications/s and %.0f ticks/s interleaved for %.0f s per round (the first %.0f s left out). Market, notifications and alerts use LogAppendTime: latency = the alert's append time − the notification's append time (Kafka's acknowledgement of it).\n\n![latency](%s)\n\n",
+			c.partitions, c.latencyRate, c.latencyTickRate, c.latencySeconds, c.latencyWarmup, chart)
+		b.WriteString("| round | notifications | ticks | seconds | alerts measured | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, l := range r.latency {
+			fmt.Fprintf(&b, "| %d | %d | %d | %.1f | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n", l.Round, l.Notifications, l.Ticks, l.Seconds, l.Samples, l.P50, l.P90, l.P99, l.P999, l.Max)
+		}
+	}
+	if len(r.restore) > 0 {
+		chart := base + "-restore.svg"
+		j, raw := r.restoreKinds()
+		sj, sr := spreadOf(collect(j, restoreRound.Rate)), spreadOf(collect(raw, restoreRound.Rate))
+		bars := []bar{
+			{Label: "joiner restore into Pebble", Value: sj.Median, Low: sj.Min, Hi: sj.Max, Sublabel: rate(sj.Median) + "/s"},
+			{Label: "raw consume", Value: sr.Median, Low: sr.Min, Hi: sr.Max, Sublabel: rate(sr.Median) + "/s"},
+		}
+		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart("Restore rate of one market partition", "records/s", bars), 0o644); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "\n## Restore\n\nOne market partition of %.0f ticks. joiner: a fresh worker (fresh group and state dir) restores it into Pebble; rate = joiner_restore_records_total / joiner_restore_seconds_sum. Raw consume: `passthrough --consume-only`, the same kafka-go Fetch loop as joiner's partition reader, from the first offset to the end offset, no decode and no store. Interleaved.\n\n![restore](%s)\n\n", j[0].Records, chart)
+		b.WriteString("| round | kind | records | seconds | records/s |\n|---|---|---|---|---|\n")
+		for _, x := range r.restore {
+			fmt.Fprintf(&b, "| %d | %s | %.0f | %.3f | %.0f |\n", x.Round, x.Kind, x.Records, x.Seconds, x.Rate())
+		}
+		fmt.Fprintf(&b, "\nRatio joiner / raw consume, per round: %s\n", r.restoreRatio().format(ratio))
+	}
+	if d := r.demo; d != nil {
+		fmt.Fprintf(&b, "\n## `joiner demo`\n\n`joiner demo --symbols 1000 --ticks-per-symbol 10 --notifications-per-symbol %d` (embedded broker, 4 workers, 6 partitions, all in one process): peak RSS %d MiB (rusage), %.1f s, CPU %s, longest time without a progress line on stderr %s, exit ok %v.\n\nLast line: `%s`\n",
+			d.Notifications/1000, d.MaxRSSKiB>>10, d.Seconds, d.CPU.Round(time.Millisecond), d.MaxGap.Round(time.Millisecond), d.Ok, d.Last)
+	}
+	if r.profile != "" {
+		fmt.Fprintf(&b, "\n## CPU profile\n\n`%s`: %d s of joiner-1w's first drain round, from `--pprof`. Read it with `go tool pprof -top bin/joiner %s`.\n", filepath.Base(r.profile), c.profileSeconds, r.profile)
+	}
+	path := filepath.Join(c.outDir, base+".md")
+	return path, os.WriteFile(path, b.Bytes(), 0o644)
+}

@@ -1,0 +1,148 @@
+package join
+
+import (
+	"math"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// AppendAlert appends the JSON of a to dst and returns the extended slice:
+// byte for byte what json.Marshal(a) writes (field order, omitempty, HTML
+// escaping, float format), without reflection or allocation when dst has
+// room. A non-finite price, which json.Marshal refuses and the decoders
+// never let through, is written as null.
+//
+// Adding a field to Alert or Notification means adding one line here, in
+// the struct's field order; TestAppendAlertMatchesMarshal fills every field
+// by reflection and fails until it is done.
+func AppendAlert(dst []byte, a *Alert) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = appendJSONString(dst, a.ID)
+	if a.User != "" {
+		dst = append(dst, `,"user":`...)
+		dst = appendJSONString(dst, a.User)
+	}
+	dst = append(dst, `,"symbol":`...)
+	dst = appendJSONString(dst, a.Symbol)
+	if a.Text != "" {
+		dst = append(dst, `,"text":`...)
+		dst = appendJSONString(dst, a.Text)
+	}
+	dst = append(dst, `,"notification_ts_ms":`...)
+	dst = strconv.AppendInt(dst, a.NotificationTsMs, 10)
+	if a.Price != nil {
+		dst = append(dst, `,"price":`...)
+		dst = appendJSONFloat(dst, *a.Price)
+	}
+	if a.PriceTsMs != 0 {
+		dst = append(dst, `,"price_ts_ms":`...)
+		dst = strconv.AppendInt(dst, a.PriceTsMs, 10)
+	}
+	dst = append(dst, `,"result":`...)
+	dst = appendJSONString(dst, string(a.Result))
+	dst = append(dst, `,"worker":`...)
+	dst = appendJSONString(dst, a.Worker)
+	return append(dst, '}')
+}
+
+// appendJSONFloat formats f as encoding/json does for a float64 (ES6
+// number formatting).
+func appendJSONFloat(dst []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 to e-9
+		n := len(dst)
+		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as encoding/json does with HTML escaping (its
+// default): <, > and & as \u003c, \u003e, \u0026; U+2028 and U+2029
+// escaped; invalid UTF-8 as \ufffd.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		if c == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if c == '\u2028' || c == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[c&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendAlertMessages appends one alerts-topic message per alert to msgs:
+// key the symbol, value AppendAlert's JSON. Every key and value is carved
+// from one buffer sized for the batch (one allocation per batch, not two
+// per alert); each is capped, so no two share spare capacity.
+func appendAlertMessages(msgs []kafka.Message, topic string, alerts []Alert) []kafka.Message {
+	size := 0
+	for i := range alerts {
+		size += 2*len(alerts[i].Symbol) + len(alerts[i].ID) + len(alerts[i].User) + len(alerts[i].Text) + len(alerts[i].Worker) + 160
+	}
+	buf := make([]byte, 0, size)
+	for i := range alerts {
+		a := &alerts[i]
+		k := len(buf)
+		buf = append(buf, a.Symbol...)
+		v := len(buf)
+		buf = AppendAlert(buf, a)
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: buf[k:v:v], Value: buf[v:len(buf):len(buf)]})
+	}
+	return msgs
+}

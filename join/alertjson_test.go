@@ -1,0 +1,211 @@
+package join
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+)
+
+func float(f float64) *float64 { return &f }
+
+func TestAppendAlertMatchesMarshal(t *testing.T) {
+	base := Alert{Notification: Notification{ID: "n-1", User: "u7", Symbol: "BBCA", Text: "BBCA moved"}, NotificationTsMs: 1700000000123, Price: float(9125.5), PriceTsMs: 1700000000000, Result: ResultLocal, Worker: "worker-1"}
+	tests := []struct {
+		name string
+		edit func(a *Alert)
+	}{
+		{"full", func(*Alert) {}},
+		{"miss: no price", func(a *Alert) { a.Price, a.PriceTsMs, a.Result = nil, 0, ResultMiss }},
+		{"no user, no text", func(a *Alert) { a.User, a.Text = "", "" }},
+		{"zero price is written", func(a *Alert) { a.Price = float(0) }},
+		{"negative zero", func(a *Alert) { a.Price = float(math.Copysign(0, -1)) }},
+		{"price 1e21", func(a *Alert) { a.Price = float(1e21) }},
+		{"price just below 1e21", func(a *Alert) { a.Price = float(999999999999999900000) }},
+		{"price 1e-7", func(a *Alert) { a.Price = float(1e-7) }},
+		{"price 1e-6", func(a *Alert) { a.Price = float(1e-6) }},
+		{"price max", func(a *Alert) { a.Price = float(math.MaxFloat64) }},
+		{"price smallest", func(a *Alert) { a.Price = float(math.SmallestNonzeroFloat64) }},
+		{"negative timestamps", func(a *Alert) { a.NotificationTsMs, a.PriceTsMs = -1, math.MinInt64 }},
+		{"zero notification ts is written", func(a *Alert) { a.NotificationTsMs = 0 }},
+		{"escapes", func(a *Alert) { a.Text = "\"\\/\b\f\n\r\t\x00\x1f\x7f <a href='x'>&amp;</a>" }},
+		{"unicode", func(a *Alert) { a.Text = "é 😀 \u2028\u2029 \ufffd" }},
+		{"invalid utf-8", func(a *Alert) { a.Text, a.User = "a\xffb\xe2\x82", "\xc0" }},
+		{"empty id and symbol are written", func(a *Alert) { a.ID, a.Symbol = "", "" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := base
+			tt.edit(&a)
+			checkAppendAlert(t, &a)
+		})
+	}
+}
+
+// TestAppendAlertEveryField sets every field of Alert (found by reflection,
+// embedded structs included) to a non-zero value, so a field added to the
+// struct but not to AppendAlert fails here.
+func TestAppendAlertEveryField(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		var a Alert
+		fill(t, r, reflect.ValueOf(&a).Elem(), "Alert")
+		checkAppendAlert(t, &a)
+	}
+}
+
+// TestAppendAlertProperty: random alerts, with fields left empty at random
+// (omitempty) and strings drawn from an alphabet of the characters that are
+// escaped.
+func TestAppendAlertProperty(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 5000 {
+		var a Alert
+		fill(t, r, reflect.ValueOf(&a).Elem(), "Alert")
+		v := reflect.ValueOf(&a).Elem()
+		zeroRandomly(r, v)
+		checkAppendAlert(t, &a)
+	}
+}
+
+func zeroRandomly(r *rand.Rand, v reflect.Value) {
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() == reflect.Struct {
+			zeroRandomly(r, f)
+			continue
+		}
+		if r.IntN(3) == 0 {
+			f.SetZero()
+		}
+	}
+}
+
+var alphabet = []string{"a", "Z", "0", " ", "\"", "\\", "/", "<", ">", "&", "\n", "\t", "\x00", "\x1f", "\x7f", "é", "😀", "\u2028", "\u2029", "\xff", "\xe2\x82", "\ufffd"}
+
+func randomString(r *rand.Rand) string {
+	var b []byte
+	for range 1 + r.IntN(12) {
+		b = append(b, alphabet[r.IntN(len(alphabet))]...)
+	}
+	return string(b)
+}
+
+func randomFloat(r *rand.Rand) float64 {
+	switch r.IntN(4) {
+	case 0:
+		return math.Float64frombits(r.Uint64()) // any finite bits, checked below
+	case 1:
+		return float64(r.IntN(1_000_000)) / 100
+	case 2:
+		return r.NormFloat64() * math.Pow(10, float64(r.IntN(60)-30))
+	default:
+		return float64(r.Int64())
+	}
+}
+
+func fill(t *testing.T, r *rand.Rand, v reflect.Value, path string) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fill(t, r, v.Field(i), path+"."+v.Type().Field(i).Name)
+		}
+	case reflect.String:
+		v.SetString(randomString(r))
+	case reflect.Int64, reflect.Int, reflect.Int32:
+		n := r.Int64()
+		if n == 0 {
+			n = 1
+		}
+		if r.IntN(2) == 0 {
+			n = -n
+		}
+		v.SetInt(n)
+	case reflect.Pointer:
+		if v.Type().Elem().Kind() != reflect.Float64 {
+			t.Fatalf("%s: teach fill (and AppendAlert) about %s", path, v.Type())
+		}
+		f := randomFloat(r)
+		for math.IsNaN(f) || math.IsInf(f, 0) {
+			f = randomFloat(r)
+		}
+		v.Set(reflect.ValueOf(&f))
+	case reflect.Float64:
+		v.SetFloat(randomFloat(r))
+	case reflect.Bool:
+		v.SetBool(true)
+	default:
+		t.Fatalf("%s: teach fill (and AppendAlert) about kind %s", path, v.Kind())
+	}
+}
+
+func checkAppendAlert(t *testing.T, a *Alert) {
+	t.Helper()
+	want, err := json.Marshal(a)
+	if err != nil {
+		t.Fatalf("json.Marshal: %v", err)
+	}
+	prefix := []byte("prefix")
+	got := AppendAlert(prefix, a)
+	if !bytes.Equal(got[:len(prefix)], []byte("prefix")) || !bytes.Equal(got[len(prefix):], want) {
+		t.Fatalf("AppendAlert(%+v)\n got %s\nwant %s", *a, got[len(prefix):], want)
+	}
+}
+
+// FuzzAppendAlert compares AppendAlert with json.Marshal on arbitrary
+// strings, prices and timestamps.
+func FuzzAppendAlert(f *testing.F) {
+	f.Add("n-1", "u7", "BBCA", "BBCA moved <&>", int64(1700000000123), 9125.5, int64(1700000000000), "local", "worker-1", true)
+	f.Add("", "", "", "", int64(0), 1e21, int64(0), "miss", "\xff\u2028", false)
+	f.Fuzz(func(t *testing.T, id, user, symbol, text string, nts int64, price float64, pts int64, result, worker string, hasPrice bool) {
+		if math.IsNaN(price) || math.IsInf(price, 0) {
+			return // json.Marshal refuses them; the decoders never let them through
+		}
+		a := Alert{Notification: Notification{ID: id, User: user, Symbol: symbol, Text: text}, NotificationTsMs: nts, PriceTsMs: pts, Result: Result(result), Worker: worker}
+		if hasPrice {
+			a.Price = &price
+		}
+		checkAppendAlert(t, &a)
+	})
+}
+
+// TestAppendAlertMessages: one message per alert, keyed by symbol, valued
+// json.Marshal's bytes, and no two messages share memory even when the
+// batch buffer had to grow (escapes make values longer than estimated).
+func TestAppendAlertMessages(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 7, 300} {
+		alerts := make([]Alert, n)
+		for i := range alerts {
+			fill(t, r, reflect.ValueOf(&alerts[i]).Elem(), "Alert")
+			if i%3 == 0 {
+				alerts[i].Text = strings.Repeat("<&>", 200) // 6x longer escaped
+			}
+		}
+		msgs := appendAlertMessages([]kafka.Message{{Topic: "other"}}, "alerts", alerts)
+		if len(msgs) != n+1 || msgs[0].Topic != "other" {
+			t.Fatalf("%d messages, first %q; want %d after the one given", len(msgs), msgs[0].Topic, n+1)
+		}
+		for i, m := range msgs[1:] {
+			want, _ := json.Marshal(&alerts[i])
+			if m.Topic != "alerts" || string(m.Key) != alerts[i].Symbol || !bytes.Equal(m.Value, want) {
+				t.Fatalf("message %d = %q %q %s; want alerts %q %s", i, m.Topic, m.Key, m.Value, alerts[i].Symbol, want)
+			}
+			// Appending to one must not overwrite the next.
+			_ = append(m.Key, 'X')
+			_ = append(m.Value, 'X')
+		}
+		for i, m := range msgs[1:] {
+			want, _ := json.Marshal(&alerts[i])
+			if string(m.Key) != alerts[i].Symbol || !bytes.Equal(m.Value, want) {
+				t.Fatalf("message %d changed by appending to another", i)
+			}
+		}
+	}
+}

@@ -1,0 +1,504 @@
+package join
+
+import (
+	"bytes"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// A hand-written scanner for the two fixed input schemas (Tick,
+// Notification), used instead of encoding/json's reflection. It accepts and
+// rejects exactly what the strict decoder did (json.Decoder into a struct of
+// pointer fields, then a check for trailing data), with the same
+// RecordError reasons; records_ref_test.go keeps that decoder and the fuzz
+// targets compare the two:
+//
+//   - a syntax error anywhere in the first JSON value is invalid_json, even
+//     when a field before it had the wrong type (encoding/json validates the
+//     whole value before decoding it);
+//   - then a wrong type (a non-object top-level value other than null, a
+//     non-string id/user/symbol/text, a non-number price, a number beyond
+//     float64's range) is wrong_type;
+//   - then data after the value, unless it starts with ']' or '}' (what
+//     json.Decoder.More reports), is invalid_json;
+//   - keys match case-insensitively (Unicode simple folding, as
+//     bytes.EqualFold), after unescaping; a later duplicate wins, and null
+//     resets a field; unknown keys are skipped but still validated;
+//   - nesting beyond 10,000 levels is invalid_json;
+//   - strings are unescaped as encoding/json does, invalid UTF-8 and lone
+//     surrogates becoming U+FFFD.
+
+// maxNestingDepth is encoding/json's limit on nested arrays and objects.
+const maxNestingDepth = 10000
+
+// jsonField is one field of a fixed schema while it is scanned.
+type jsonField struct {
+	name  string // JSON key
+	str   string // the value of a string field
+	num   float64
+	isNum bool // a number field (price), else a string field
+	set   bool // present and not null
+}
+
+type jsonScanner struct {
+	b     []byte
+	i     int
+	depth int
+	// syntax is the first syntax error, typeErr the first wrong type.
+	syntax  string
+	typeErr error
+	// str is the whole record as one string, made on the first plain
+	// string field: fields are substrings of it (one allocation per record).
+	str string
+	// key is scratch space for unescaping keys.
+	key [64]byte
+}
+
+// scanRecord parses value, which must be one JSON object, into fields. It
+// returns nil or a *RecordError with reason invalid_json or wrong_type.
+func scanRecord(value []byte, fields []jsonField) error {
+	s := jsonScanner{b: value}
+	s.ws()
+	switch {
+	case s.i >= len(s.b):
+		return reject(ReasonInvalidJSON, "empty record: want a JSON object")
+	case s.b[s.i] == '{':
+		s.object(fields)
+	case s.b[s.i] == 'n':
+		s.literal("null")
+	default:
+		kind := s.skipValue()
+		s.wrongType("", "object", kind)
+	}
+	if s.syntax != "" {
+		return reject(ReasonInvalidJSON, "%s", s.syntax)
+	}
+	if s.typeErr != nil {
+		return s.typeErr
+	}
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] != ']' && s.b[s.i] != '}' {
+		return reject(ReasonInvalidJSON, "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func (s *jsonScanner) fail(msg string) {
+	if s.syntax == "" {
+		s.syntax = msg + " at byte " + strconv.Itoa(s.i)
+	}
+	s.i = len(s.b) // stop
+}
+
+func (s *jsonScanner) wrongType(field, want, got string) {
+	if s.typeErr == nil && got != "" {
+		s.typeErr = reject(ReasonWrongType, "field %q must be a %s, not %s", field, want, got)
+	}
+}
+
+func (s *jsonScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// object scans an object whose '{' is at s.i into fields.
+func (s *jsonScanner) object(fields []jsonField) {
+	if !s.push() {
+		return
+	}
+	s.i++ // '{'
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		s.depth--
+		return
+	}
+	for s.syntax == "" {
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != '"' {
+			s.fail("want a string key")
+			return
+		}
+		key, ok := s.stringToken(true)
+		if !ok {
+			return
+		}
+		f := matchField(fields, key)
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			s.fail("want ':' after an object key")
+			return
+		}
+		s.i++
+		s.ws()
+		switch {
+		case f == nil:
+			s.skipValue()
+		case f.isNum:
+			s.numberField(f)
+		default:
+			s.stringField(f)
+		}
+		s.ws()
+		if s.i >= len(s.b) {
+			s.fail("unexpected end of JSON input")
+			return
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			s.depth--
+			return
+		default:
+			s.fail("want ',' or '}' after an object value")
+			return
+		}
+	}
+}
+
+func matchField(fields []jsonField, key []byte) *jsonField {
+	for i := range fields {
+		if string(key) == fields[i].name {
+			return &fields[i]
+		}
+	}
+	for i := range fields {
+		if bytes.EqualFold(key, []byte(fields[i].name)) {
+			return &fields[i]
+		}
+	}
+	return nil
+}
+
+func (s *jsonScanner) stringField(f *jsonField) {
+	if s.i >= len(s.b) {
+		s.fail("unexpected end of JSON input")
+		return
+	}
+	switch s.b[s.i] {
+	case '"':
+		start := s.i + 1
+		v, ok := s.stringToken(false)
+		if !ok {
+			break
+		}
+		if len(v) > 0 && &v[0] == &s.b[start] {
+			// Not unescaped: a substring of the record.
+			if s.str == "" {
+				s.str = string(s.b)
+			}
+			f.str = s.str[start : start+len(v)]
+		} else {
+			f.str = string(v)
+		}
+		f.set = true
+	case 'n':
+		if s.literal("null") {
+			f.str, f.set = "", false
+		}
+	default:
+		s.wrongType(f.name, "string", s.skipValue())
+	}
+}
+
+func (s *jsonScanner) numberField(f *jsonField) {
+	if s.i >= len(s.b) {
+		s.fail("unexpected end of JSON input")
+		return
+	}
+	switch c := s.b[s.i]; {
+	case c == '-' || ('0' <= c && c <= '9'):
+		start := s.i
+		if !s.number() {
+			return
+		}
+		v, err := strconv.ParseFloat(string(s.b[start:s.i]), 64)
+		if err != nil {
+			s.wrongType(f.name, "float64", "number "+string(s.b[start:s.i]))
+			return
+		}
+		f.num, f.set = v, true
+	case c == 'n':
+		if s.literal("null") {
+			f.num, f.set = 0, false
+		}
+	default:
+		s.wrongType(f.name, "float64", s.skipValue())
+	}
+}
+
+// push enters an array or object.
+func (s *jsonScanner) push() bool {
+	s.depth++
+	if s.depth > maxNestingDepth {
+		s.fail("exceeded max depth")
+		return false
+	}
+	return true
+}
+
+// skipValue validates and skips one value; it returns its kind for error
+// messages ("" after a syntax error).
+func (s *jsonScanner) skipValue() string {
+	if s.i >= len(s.b) {
+		s.fail("unexpected end of JSON input")
+		return ""
+	}
+	switch c := s.b[s.i]; {
+	case c == '{':
+		s.object(nil)
+		return s.kind("object")
+	case c == '[':
+		if !s.push() {
+			return ""
+		}
+		s.i++
+		s.ws()
+		if s.i < len(s.b) && s.b[s.i] == ']' {
+			s.i++
+			s.depth--
+			return "array"
+		}
+		for s.syntax == "" {
+			s.ws()
+			s.skipValue()
+			s.ws()
+			if s.i >= len(s.b) {
+				s.fail("unexpected end of JSON input")
+				break
+			}
+			if s.b[s.i] == ',' {
+				s.i++
+				continue
+			}
+			if s.b[s.i] == ']' {
+				s.i++
+				s.depth--
+				break
+			}
+			s.fail("want ',' or ']' after an array element")
+		}
+		return s.kind("array")
+	case c == '"':
+		s.stringToken(false)
+		return s.kind("string")
+	case c == 't':
+		s.literal("true")
+		return s.kind("bool")
+	case c == 'f':
+		s.literal("false")
+		return s.kind("bool")
+	case c == 'n':
+		s.literal("null")
+		return ""
+	case c == '-' || ('0' <= c && c <= '9'):
+		s.number()
+		return s.kind("number")
+	default:
+		s.fail("invalid character " + strconv.QuoteRune(rune(c)) + " looking for the beginning of a value")
+		return ""
+	}
+}
+
+func (s *jsonScanner) kind(k string) string {
+	if s.syntax != "" {
+		return ""
+	}
+	return k
+}
+
+func (s *jsonScanner) literal(lit string) bool {
+	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
+		s.fail("invalid literal, want " + lit)
+		return false
+	}
+	s.i += len(lit)
+	return true
+}
+
+// number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *jsonScanner) number() bool {
+	b := s.b
+	if s.i < len(b) && b[s.i] == '-' {
+		s.i++
+	}
+	switch {
+	case s.i < len(b) && b[s.i] == '0':
+		s.i++
+	case s.i < len(b) && '1' <= b[s.i] && b[s.i] <= '9':
+		for s.i < len(b) && '0' <= b[s.i] && b[s.i] <= '9' {
+			s.i++
+		}
+	default:
+		s.fail("invalid number")
+		return false
+	}
+	if s.i < len(b) && b[s.i] == '.' {
+		s.i++
+		if s.i >= len(b) || b[s.i] < '0' || b[s.i] > '9' {
+			s.fail("invalid number: want a digit after '.'")
+			return false
+		}
+		for s.i < len(b) && '0' <= b[s.i] && b[s.i] <= '9' {
+			s.i++
+		}
+	}
+	if s.i < len(b) && (b[s.i] == 'e' || b[s.i] == 'E') {
+		s.i++
+		if s.i < len(b) && (b[s.i] == '+' || b[s.i] == '-') {
+			s.i++
+		}
+		if s.i >= len(b) || b[s.i] < '0' || b[s.i] > '9' {
+			s.fail("invalid number: want a digit in the exponent")
+			return false
+		}
+		for s.i < len(b) && '0' <= b[s.i] && b[s.i] <= '9' {
+			s.i++
+		}
+	}
+	return true
+}
+
+// stringToken scans the string whose '"' is at s.i and returns its
+// unescaped bytes: a slice of the input when nothing needs unescaping,
+// else freshly allocated (or, for a key, in s.key when it fits).
+func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
+	b := s.b
+	s.i++ // opening quote
+	start := s.i
+	plain := true
+	for {
+		if s.i >= len(b) {
+			s.fail("unexpected end of JSON input in a string")
+			return nil, false
+		}
+		c := b[s.i]
+		switch {
+		case c == '"':
+			raw := b[start:s.i]
+			s.i++
+			if plain {
+				return raw, true
+			}
+			var dst []byte
+			if isKey {
+				dst = s.key[:0]
+			} else {
+				dst = make([]byte, 0, len(raw)+utf8.UTFMax)
+			}
+			return unescape(dst, raw), true
+		case c == '\\':
+			plain = false
+			s.i++
+			if s.i >= len(b) {
+				s.fail("unexpected end of JSON input in a string escape")
+				return nil, false
+			}
+			switch b[s.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i++
+			case 'u':
+				s.i++
+				for range 4 {
+					if s.i >= len(b) || !isHex(b[s.i]) {
+						s.fail("invalid \\u escape in a string")
+						return nil, false
+					}
+					s.i++
+				}
+			default:
+				s.fail("invalid escape in a string")
+				return nil, false
+			}
+		case c < 0x20:
+			s.fail("invalid control character in a string")
+			return nil, false
+		case c < utf8.RuneSelf:
+			s.i++
+		default:
+			r, size := utf8.DecodeRune(b[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				plain = false
+			}
+			s.i += size
+		}
+	}
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func hexValue(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		default:
+			c = c - 'A' + 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// unescape appends the unescaped form of raw, a string body already
+// validated by stringToken, to dst, as encoding/json's unquote does.
+func unescape(dst, raw []byte) []byte {
+	for r := 0; r < len(raw); {
+		c := raw[r]
+		switch {
+		case c == '\\':
+			switch raw[r+1] {
+			case 'b':
+				dst = append(dst, '\b')
+			case 'f':
+				dst = append(dst, '\f')
+			case 'n':
+				dst = append(dst, '\n')
+			case 'r':
+				dst = append(dst, '\r')
+			case 't':
+				dst = append(dst, '\t')
+			case 'u':
+				rr := hexValue(raw[r+2:])
+				r += 6
+				if utf16.IsSurrogate(rr) {
+					if r+6 <= len(raw) && raw[r] == '\\' && raw[r+1] == 'u' && isHex(raw[r+2]) && isHex(raw[r+3]) && isHex(raw[r+4]) && isHex(raw[r+5]) {
+						if d := utf16.DecodeRune(rr, hexValue(raw[r+2:])); d != utf8.RuneError {
+							dst = utf8.AppendRune(dst, d)
+							r += 6
+							continue
+						}
+					}
+					rr = utf8.RuneError
+				}
+				dst = utf8.AppendRune(dst, rr)
+				continue
+			default: // '"', '\\', '/'
+				dst = append(dst, raw[r+1])
+			}
+			r += 2
+		case c < utf8.RuneSelf:
+			dst = append(dst, c)
+			r++
+		default:
+			rr, size := utf8.DecodeRune(raw[r:])
+			dst = utf8.AppendRune(dst, rr)
+			r += size
+		}
+	}
+	return dst
+}
