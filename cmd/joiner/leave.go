@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -23,6 +25,7 @@ func runLeave(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&groupID, "group", "joiner", "consumer group id")
 	fs.StringVar(&instance, "instance-id", "", "instance id of the member to remove (required)")
 	fs.DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the coordinator")
+	sec := kafkasec.AddFlags(fs)
 	// No environment: inside a worker's pod JOINER_INSTANCE_ID names the
 	// worker itself, and removing a member must be asked for explicitly.
 	if status, ok := parseFlags(fs, args, false); !ok {
@@ -39,11 +42,20 @@ func runLeave(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "joiner leave: --brokers is empty")
 		return 2
 	}
+	if err := sec.Validate(); err != nil {
+		fmt.Fprintf(stderr, "joiner leave: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(splitList(brokers)...), Timeout: timeout}
+	tr, err := sec.Connect(ctx, splitList(brokers), slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		fmt.Fprintf(stderr, "joiner leave: %v\n", err)
+		return 1
+	}
+	client := &kafka.Client{Addr: kafka.TCP(splitList(brokers)...), Timeout: timeout, Transport: tr}
 	if err := group.RemoveMember(ctx, client, groupID, instance); err != nil {
 		fmt.Fprintf(stderr, "joiner leave: %v\n", err)
 		return 1

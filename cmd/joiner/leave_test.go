@@ -31,7 +31,8 @@ func leave(args ...string) (int, string, string) {
 
 func TestLeaveUsage(t *testing.T) {
 	t.Setenv("JOINER_INSTANCE_ID", "pod-0") // never read: removal is explicit
-	for _, args := range [][]string{nil, {"--group", "g"}, {"--instance-id", "x", "extra"}, {"--bogus"}} {
+	for _, args := range [][]string{nil, {"--group", "g"}, {"--instance-id", "x", "extra"}, {"--bogus"},
+		{"--instance-id", "x", "--sasl-username", "u"}} {
 		if code, out, errOut := leave(args...); code != 2 || out != "" || errOut == "" {
 			t.Errorf("%q: code %d, stdout %q, stderr %q; want 2 and a message", args, code, out, errOut)
 		}
