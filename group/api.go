@@ -116,7 +116,14 @@ type Assignment struct {
 	// the subscriptions (a partition nobody reported counts as moved).
 	Moved int
 
-	// Error is non-empty when the leader could not plan (for instance the
+	// Unpaired is set on the planning leader's assignment only: the
+	// partition indexes of the larger topics that have no pair because the
+	// topics' counts differ (the plan covers the indexes below the smaller
+	// count).
+	Unpaired int
+
+	// Error is non-empty when the leader excluded this member (it starts
+	// with ExcludedPrefix; see Assignment.Excluded) or when the leader could not plan (for instance the
 	// topics are not co-partitioned; the text names each topic and its
 	// count). Every member then receives no partitions.
 	Error string

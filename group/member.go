@@ -53,6 +53,14 @@ type Member struct {
 	// metadataEvery is how often the planning leader compares partition
 	// counts with its plan (metadataCheckEvery; tests shorten it).
 	metadataEvery time.Duration
+	// unpaired is the unpaired partition count of this member's latest plan
+	// as leader (checks.go).
+	unpaired atomic.Int64
+	// refused are the tasks released by Release; guarded by mu. rejoin
+	// wakes the heartbeat loop to rejoin (release.go).
+	refused    map[int]bool
+	rejoin     chan struct{}
+	rejoinOnce sync.Once
 
 	// Test hooks.
 	encodeSub func(subscription) ([]byte, error) // encoder of this member's subscription user data
@@ -300,6 +308,8 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-m.rejoinCh():
+			return errReleased
 		}
 		if m.abandoned.Load() {
 			<-ctx.Done()
@@ -389,8 +399,8 @@ func (m *Member) checkMetadata(ctx context.Context, a Assignment) error {
 		m.log.Warn("group: metadata check failed", "err", err)
 		return nil
 	}
-	p, planErr := checkCounts(m.cfg.Topics, counts)
-	changed := a.Error == "" && (planErr != nil || p != a.Partitions) || // planned, now different
+	p, unpaired, planErr := pairCounts(m.cfg.Topics, counts)
+	changed := a.Error == "" && (planErr != nil || p != a.Partitions || unpaired != a.Unpaired) || // planned, now different
 		a.Error != "" && planErr == nil // could not plan, now fixed
 	if changed {
 		m.log.Info("group: topic partition counts changed, rejoining to replan",
@@ -436,9 +446,9 @@ func (m *Member) ownedTasks() []int {
 // decoded from its own SyncGroup response. *memberID is updated from the
 // JoinGroup response.
 func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error) {
-	owned := normalizeTasks(m.ownedTasks())
+	owned := normalizeTasks(m.withoutRefused(m.ownedTasks()))
 	owned = slices.DeleteFunc(owned, func(t int) bool { return t < 0 || t >= maxTasks })
-	userData, err := m.encodeSub(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned})
+	userData, err := m.encodeSub(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned, Refused: m.refusedTasks()})
 	if err != nil {
 		return Assignment{}, fmt.Errorf("group %q: encode subscription: %w", m.cfg.GroupID, err)
 	}
@@ -511,6 +521,9 @@ func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error)
 		return Assignment{}, fmt.Errorf("group %q: sync generation %d: %w", m.cfg.GroupID, jresp.GenerationID, sresp.Error)
 	}
 	a := m.decodeOwn(int32(jresp.GenerationID), jresp.MemberID, sresp.Assignment)
+	if a.Leader {
+		a.Unpaired = int(m.unpaired.Load())
+	}
 	tasks := a.Topics[m.cfg.Topics[0]]
 	if a.Error != "" {
 		m.log.Error("group: the leader could not plan; this member has no tasks",
@@ -579,6 +592,7 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 	for _, w := range out.Warnings {
 		m.log.Warn("group: leader: " + w)
 	}
+	m.reportChecks(out, counts, int(jresp.GenerationID))
 	if out.Err != nil {
 		m.log.Error("group: leader cannot plan; every member gets no tasks",
 			"generation", jresp.GenerationID, "err", out.Err, "counts", counts)

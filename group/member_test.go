@@ -490,17 +490,20 @@ func TestCorruptSubscriptionOwnsNothing(t *testing.T) {
 	}
 }
 
+// Topics whose counts differ (issue 8): the leader plans the tasks below
+// the smaller count and reports the rest as unpaired, instead of giving
+// every member nothing.
 func TestNotCopartitioned(t *testing.T) {
 	addrs := newCluster(t, kfake.SeedTopics(6, "market"), kfake.SeedTopics(8, "notifications"))
 	a := startMember(t, addrs, "pod-a", nil)
 	waitFor(t, 10*time.Second, "an assignment", func() bool { _, ok := a.Current(); return ok })
 	got, _ := a.Current()
-	if !strings.Contains(got.Error, "6") || !strings.Contains(got.Error, "8") {
-		t.Errorf("error %q does not name the counts", got.Error)
+	if got.Error != "" || got.Partitions != 6 || got.Unpaired != 2 {
+		t.Errorf("assignment: error %q, %d partitions, %d unpaired; want no error, 6 and 2", got.Error, got.Partitions, got.Unpaired)
 	}
 	for topic, ps := range got.Topics {
-		if len(ps) != 0 {
-			t.Errorf("%s: %v", topic, ps)
+		if !slices.Equal(ps, []int{0, 1, 2, 3, 4, 5}) {
+			t.Errorf("%s: %v, want the 6 paired tasks", topic, ps)
 		}
 	}
 }
@@ -632,8 +635,9 @@ func TestSyncGroupConnectionClosed(t *testing.T) {
 }
 
 // TestLeaderReplansWhenPartitionsChange: topics that are not co-partitioned
-// give every member an empty assignment naming the counts; once partitions
-// are added, the planning leader notices and the group is replanned.
+// are planned over the paired tasks with the rest reported as unpaired; once
+// partitions are added, the planning leader notices and the group is
+// replanned over all of them.
 func TestLeaderReplansWhenPartitionsChange(t *testing.T) {
 	c := startCluster(t, 1, kfake.SeedTopics(6, "market"), kfake.SeedTopics(8, "notifications"))
 	addrs := c.ListenAddrs()
@@ -645,7 +649,10 @@ func TestLeaderReplansWhenPartitionsChange(t *testing.T) {
 			m.metadataEvery = 100 * time.Millisecond
 		}
 	})
-	waitFor(t, 10*time.Second, "the planning error", func() bool { cur, ok := a.Current(); return ok && cur.Error != "" })
+	waitFor(t, 10*time.Second, "a plan over the 6 paired tasks", func() bool {
+		cur, ok := a.Current()
+		return ok && cur.Error == "" && cur.Partitions == 6 && cur.Unpaired == 2
+	})
 	resp, err := client.CreatePartitions(context.Background(), &kafka.CreatePartitionsRequest{
 		Topics: []kafka.TopicPartitionsConfig{{Name: "market", Count: 8}},
 	})
@@ -657,7 +664,7 @@ func TestLeaderReplansWhenPartitionsChange(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "a plan over 8 tasks", func() bool {
 		cur, ok := a.Current()
-		return ok && cur.Error == "" && cur.Partitions == 8 && len(cur.Topics["notifications"]) == 8
+		return ok && cur.Error == "" && cur.Partitions == 8 && cur.Unpaired == 0 && len(cur.Topics["notifications"]) == 8
 	})
 }
 

@@ -17,6 +17,13 @@ type joinedMember struct {
 	InstanceID string // the broker's group instance id, else the subscription's, else the member id
 	Sub        subscription
 	SubErr     error // the subscription user data did not decode: owns nothing
+	// Topics is the member's subscription; TopicsKnown is false for members
+	// built without one (tests), which are not checked.
+	Topics      []string
+	TopicsKnown bool
+	// Protocol, when not empty, is why the member's user data is not a
+	// subscription the leader understands: it is excluded.
+	Protocol string
 }
 
 // planInput is everything the leader's computation depends on. It does no
@@ -44,6 +51,11 @@ type planOutput struct {
 	// Warnings are problems the plan worked around (e.g. a planner error on
 	// the reported previous owners), for the leader's log.
 	Warnings []string
+	// Excluded says, per member id, why a member was left out of the plan.
+	Excluded map[string]string
+	// Partitions is the number of tasks planned; Unpaired the partition
+	// indexes of the larger topics that have no pair (see pairCounts).
+	Partitions, Unpaired int
 }
 
 // computePlan is the leader's pure assignment computation.
@@ -62,6 +74,8 @@ func computePlan(in planInput) (planOutput, error) {
 	if len(members) == 0 {
 		return out, nil
 	}
+	all := members
+	members, out.Excluded = screen(in.Topics, members)
 
 	table := make([]Owner, len(members))
 	index := make(map[string]uint32, len(members)) // instance id -> table index + 1
@@ -75,16 +89,23 @@ func computePlan(in planInput) (planOutput, error) {
 		index[m.InstanceID] = uint32(i + 1)
 	}
 
-	partitions, err := checkCounts(in.Topics, in.Counts)
+	partitions, unpaired, err := pairCounts(in.Topics, in.Counts)
+	out.Partitions, out.Unpaired = partitions, unpaired
 	if err != nil {
 		out.Err = err
 		ud, encErr := encodeAssignment(assignmentData{Leader: in.Leader, Members: table, Err: err.Error()})
 		if encErr != nil {
 			return planOutput{}, encErr
 		}
-		for _, m := range members {
+		for _, m := range all {
 			out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: map[string][]int{}, UserData: ud}
 		}
+		return out, nil
+	}
+	if err := excludedAssignments(&out, in.Leader, out.Excluded); err != nil {
+		return planOutput{}, err
+	}
+	if len(members) == 0 {
 		return out, nil
 	}
 
@@ -167,6 +188,7 @@ func computePlan(in planInput) (planOutput, error) {
 		return planOutput{}, fmt.Errorf("group: plan: unknown assignor %q", in.Assignor)
 	}
 
+	out.Moved += honorRefusals(perTopic, in.Topics, ids, refusedBy(members, partitions))
 	owners := make([]uint32, partitions)
 	for id, byTopic := range perTopic {
 		for _, p := range byTopic[in.Topics[0]] {
@@ -204,28 +226,11 @@ func computePlan(in planInput) (planOutput, error) {
 	return out, nil
 }
 
-// checkCounts returns the common partition count of topics, or an error that
-// names every topic with its count.
+// checkCounts returns the number of co-partitioned tasks of topics (the
+// smallest count; see pairCounts), or an error naming a missing topic.
 func checkCounts(topics []string, counts map[string]int) (int, error) {
-	known := make(map[string]int, len(topics))
-	for _, t := range topics {
-		n, ok := counts[t]
-		if !ok {
-			return 0, fmt.Errorf("topic %q does not exist", t)
-		}
-		known[t] = n
-	}
-	if err := copartition.Validate(known); err != nil {
-		return 0, err
-	}
-	p := known[topics[0]]
-	if p <= 0 {
-		return 0, fmt.Errorf("topic %q has no partitions", topics[0])
-	}
-	if p > maxTasks {
-		return 0, fmt.Errorf("topic %q has %d partitions, more than the %d supported", topics[0], p, maxTasks)
-	}
-	return p, nil
+	p, _, err := pairCounts(topics, counts)
+	return p, err
 }
 
 // decodeMembers turns a JoinGroup response's members into joinedMembers.
@@ -233,7 +238,8 @@ func checkCounts(topics []string, counts map[string]int) (int, error) {
 func decodeMembers(members []kafka.JoinGroupResponseMember) []joinedMember {
 	out := make([]joinedMember, 0, len(members))
 	for _, jm := range members {
-		m := joinedMember{MemberID: jm.ID, InstanceID: jm.GroupInstanceID}
+		m := joinedMember{MemberID: jm.ID, InstanceID: jm.GroupInstanceID,
+			Topics: jm.Metadata.Topics, TopicsKnown: len(jm.Metadata.Topics) > 0}
 		sub, err := decodeSubscription(jm.Metadata.UserData)
 		if err != nil {
 			m.SubErr = err
@@ -243,6 +249,7 @@ func decodeMembers(members []kafka.JoinGroupResponseMember) []joinedMember {
 		if m.InstanceID == "" {
 			m.InstanceID = cmp.Or(m.Sub.InstanceID, m.MemberID)
 		}
+		m.Protocol = protocolProblem(m.InstanceID, jm.Metadata.UserData)
 		out = append(out, m)
 	}
 	return out

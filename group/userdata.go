@@ -66,6 +66,7 @@ type subscription struct {
 	InstanceID string
 	Addr       string
 	Owned      []int // ascending, distinct
+	Refused    []int // ascending, distinct; version 2 (release.go)
 }
 
 // assignmentData is what the leader tells every member in SyncGroup, besides
@@ -112,10 +113,21 @@ func encodeSubscription(s subscription) ([]byte, error) {
 		return nil, fmt.Errorf("group: owned task out of range [0, %d)", maxTasks)
 	}
 	b := make([]byte, 0, 8+len(s.InstanceID)+len(s.Addr)+3*len(owned))
-	b = append(b, userDataVersion)
+	refused := normalizeTasks(s.Refused)
+	if len(refused) > 0 && (refused[0] < 0 || refused[len(refused)-1] >= maxTasks) {
+		return nil, fmt.Errorf("group: refused task out of range [0, %d)", maxTasks)
+	}
+	version := byte(userDataVersion)
+	if len(refused) > 0 {
+		version = userDataVersionRefused
+	}
+	b = append(b, version)
 	b = appendString(b, s.InstanceID)
 	b = appendString(b, s.Addr)
 	b = appendTasks(b, owned)
+	if len(refused) > 0 {
+		b = appendTasks(b, refused)
+	}
 	return b, nil
 }
 
@@ -247,6 +259,15 @@ func decodeSubscription(b []byte) (subscription, error) {
 	s.InstanceID = r.string("instance id", maxIDLen)
 	s.Addr = r.string("query address", maxAddrLen)
 	s.Owned = r.tasks("owned tasks")
+	if r.err == nil && !exact && len(r.b) > 0 && b[0] >= userDataVersionRefused {
+		// Version 2 appends the refused tasks; a newer member may append
+		// more after them. Unreadable, they are ignored like any field
+		// of a newer version.
+		sub := reader{b: r.b}
+		if refused := sub.tasks("refused tasks"); sub.err == nil {
+			s.Refused = refused
+		}
+	}
 	if err := r.end(exact); err != nil {
 		return subscription{}, err
 	}

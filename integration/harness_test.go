@@ -173,7 +173,7 @@ func newClusterOn(t *testing.T, partitions int, cn *clusterNet) *cluster {
 	topics := c.topics()
 	var cfgs []kafka.TopicConfig
 	for _, tp := range topics {
-		cfgs = append(cfgs, kafka.TopicConfig{Topic: tp, NumPartitions: partitions, ReplicationFactor: 1})
+		cfgs = append(cfgs, kafka.TopicConfig{Topic: tp, NumPartitions: partitions, ReplicationFactor: replicationFactor()})
 	}
 	res, err := c.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: cfgs})
 	if err != nil {

@@ -102,6 +102,7 @@ func (r *partitionReader) fetch(ctx context.Context) ([]record, error) {
 			if ferr != nil {
 				return nil, ferr
 			}
+			reportOffsetReset(r.client, r.topic, r.partition, r.next, first) // offsetreset.go
 			r.next = first
 			return nil, nil
 		}

@@ -116,7 +116,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 			}
 			idle = w.cfg.MaxTaskIdle - time.Since(m.waitStart)
 			if idle <= 0 {
-				m.forceAfterDrain(mCh, nCh)
+				m.idleExpired(ctx, mCh, nCh, log)
 				continue
 			}
 		}
@@ -143,7 +143,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		case f := <-nIn:
 			m.takeNotifications(f)
 		case <-timeout:
-			m.forceAfterDrain(mCh, nCh)
+			m.idleExpired(ctx, mCh, nCh, log)
 		case <-ctx.Done():
 		}
 		if timer != nil {
@@ -172,10 +172,12 @@ type merger struct {
 	waitStart time.Time
 	checked   bool
 	force     bool
+	// stallLogged: this wait for the market was logged already.
+	stallLogged bool
 }
 
 func (m *merger) progressed() {
-	m.waitStart, m.checked = time.Time{}, false
+	m.waitStart, m.checked, m.stallLogged = time.Time{}, false, false
 }
 
 // enterGate passes the rebalance gate. The time spent waiting at it does
@@ -215,11 +217,17 @@ func (m *merger) takeNotifications(f fetched) {
 	}
 }
 
-// forceAfterDrain ends an idle wait: it first takes every batch already
-// fetched (without waiting for more), and forces the buffered side ahead
-// only if the side waited for is still empty. A batch that was fetched
-// while the merge loop was busy, or paused, is never overtaken.
-func (m *merger) forceAfterDrain(mCh, nCh <-chan fetched) {
+// idleExpired ends an idle wait. It first takes every batch already
+// fetched (without waiting for more): a batch fetched while the merge loop
+// was busy, or paused, is never overtaken. Then, if one side is still
+// empty:
+//   - ticks waiting for notifications go ahead (they are versions: applying
+//     them early changes no join);
+//   - notifications waiting for the market go ahead only if the market is
+//     confirmed at its end now; otherwise (the market is behind, or cannot
+//     be read: no leader, broker down) they keep waiting, and the wait is
+//     logged once. A join before the market is read could miss a tick.
+func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *slog.Logger) {
 	for {
 		select {
 		case f := <-mCh:
@@ -232,8 +240,20 @@ func (m *merger) forceAfterDrain(mCh, nCh <-chan fetched) {
 		}
 		break
 	}
-	if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
+	switch {
+	case len(m.mbuf) > 0 && len(m.nbuf) == 0:
 		m.force = true
+	case len(m.nbuf) > 0 && len(m.mbuf) == 0:
+		if m.otherSideAtEnd(ctx) {
+			m.force = true
+			return
+		}
+		if !m.stallLogged {
+			m.stallLogged = true
+			log.Warn("notifications wait for the market to be read past their time; they are not joined before (the market partition may have no leader)",
+				"notification_ts_ms", m.nbuf[0].Time.UnixMilli(), "market_next_offset", m.mNext, "waited", time.Since(m.waitStart).Round(time.Millisecond))
+		}
+		m.waitStart = time.Now() // check again after another MaxTaskIdle
 	}
 }
 

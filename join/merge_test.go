@@ -180,14 +180,15 @@ func TestMergeForceTakesFetchedBatchesFirst(t *testing.T) {
 	}
 	mCh, nCh := make(chan fetched, 1), make(chan fetched, 1)
 	mCh <- fetched{recs: []record{recAt(0, 1500, `{"symbol":"BBCA","price":7}`)}, next: 1}
-	m.forceAfterDrain(mCh, nCh)
+	log := pt.w.log
+	m.idleExpired(context.Background(), mCh, nCh, log)
 	if m.force || len(m.mbuf) != 1 {
 		t.Fatalf("forced with a fetched tick waiting: force %v, %d ticks buffered", m.force, len(m.mbuf))
 	}
 	if err := m.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	m.forceAfterDrain(mCh, nCh) // nothing fetched now: the notification goes ahead
+	m.idleExpired(context.Background(), mCh, nCh, log) // nothing fetched, the market at its end: the notification goes ahead
 	if !m.force {
 		t.Fatal("not forced with nothing fetched")
 	}
@@ -231,5 +232,32 @@ func TestOutboxChunksHoldTheGate(t *testing.T) {
 	}
 	if n := len(readAlerts(t, client, len(nbuf))); n != len(nbuf) {
 		t.Errorf("%d alerts written, want %d", n, len(nbuf))
+	}
+}
+
+// A notification is never joined before the market is read past it or
+// known to be at its end: when the market is behind (or cannot be read),
+// an idle wait running out does not force the join.
+func TestMergeNeverForcesNotificationsPastTheMarket(t *testing.T) {
+	w, pt, _ := newTestWorker(t)
+	// The market holds a tick the merge has not read (its reader is at 0).
+	if err := w.cfg.Writer.WriteMessages(context.Background(), kafka.Message{Topic: "market", Value: []byte(`{"symbol":"BBCA","price":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	m := merger{t: pt, st: pt.st, mNext: 0, nNext: 1, waitStart: time.Now().Add(-time.Hour),
+		nbuf: []record{recAt(0, 2000, `{"id":"n","symbol":"BBCA"}`)},
+		lag:  w.metrics.TaskLag.WithLabelValues("0"),
+	}
+	m.idleExpired(context.Background(), make(chan fetched), make(chan fetched), w.log)
+	if m.force {
+		t.Fatal("forced a notification ahead of a market that is not read to its end")
+	}
+	if time.Since(m.waitStart) > time.Minute {
+		t.Error("the wait did not start again")
+	}
+	m.mNext = 1 // read to the end now
+	m.idleExpired(context.Background(), make(chan fetched), make(chan fetched), w.log)
+	if !m.force {
+		t.Fatal("not forced once the market is at its end")
 	}
 }

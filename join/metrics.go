@@ -21,7 +21,6 @@ type Metrics struct {
 	DeadLetters      *prometheus.CounterVec // joiner_dead_letters_total{reason}
 	Alerts           prometheus.Counter     // joiner_alerts_total
 	Records          *prometheus.CounterVec // joiner_records_total{topic}
-	StoreRebuilds    prometheus.Counter     // joiner_store_rebuilds_total
 	RemoteLookup     prometheus.Histogram   // joiner_remote_lookup_seconds
 	RemoteLookupErrs prometheus.Counter     // joiner_remote_lookup_errors_total
 	CommitErrors     prometheus.Counter     // joiner_commit_errors_total
@@ -76,10 +75,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "joiner_records_total",
 			Help: "Input records consumed, by topic.",
 		}, []string{"topic"}),
-		StoreRebuilds: f.NewCounter(prometheus.CounterOpts{
-			Name: "joiner_store_rebuilds_total",
-			Help: "Task stores that failed to open and were moved aside and rebuilt from Kafka.",
-		}),
 		RemoteLookup: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "joiner_remote_lookup_seconds",
 			Help:    "Latency of price lookups from the owning member.",

@@ -352,14 +352,19 @@ func (s *stateTask) advance(next int64, recs []record) {
 }
 
 // waitFor blocks until the task has been read past tsMs, or up to the
-// partition's end as it is now, or idle has passed, whichever is first.
-// This is what aligns a notification with the ticks before it: a tick
-// produced before a notification is in the store once waitFor returns
-// (unless idle ran out, which the caller counts as it is).
+// partition's end as it was once the wait began. This is what aligns a
+// notification with the ticks before it: a tick produced before a
+// notification is in the store once waitFor returns nil. It never gives up
+// on its own: while the market cannot be read (no leader, broker down), it
+// re-checks every idle and logs once that it is still waiting; only ctx
+// or the task stopping end it early (with their error), because a join
+// before the market is read could miss a tick.
 func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration) error {
-	deadline := time.NewTimer(idle)
-	defer deadline.Stop()
+	recheck := time.NewTimer(idle)
+	defer recheck.Stop()
 	end := int64(-1) // the end offset, read once the task is restored
+	began := time.Now()
+	warned := false
 	for {
 		restored := s.isRestored()
 		s.pmu.Lock()
@@ -373,11 +378,11 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration)
 			// Not read past tsMs: wait until the reader reaches the end the
 			// log has now, which includes every record produced before the
 			// caller's.
-			var err error
-			if end, err = listOffset(ctx, s.w.cfg.Client, s.w.cfg.MarketTopic, s.p, kafka.LastOffset); err != nil {
-				return err
+			if e, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.MarketTopic, s.p, kafka.LastOffset); err == nil {
+				end = e
+				continue
 			}
-			continue
+			s.w.metrics.FetchErrors.Inc() // retried at the next recheck
 		}
 		var restoring <-chan struct{}
 		if !restored {
@@ -388,8 +393,13 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration)
 		case <-restoring:
 		case <-s.stopped:
 			return errTaskStopped
-		case <-deadline.C:
-			return nil
+		case <-recheck.C:
+			if !warned && restored {
+				warned = true
+				s.w.log.Warn("a notification waits for the market to be read past its time; it is not joined before (the market partition may have no leader)",
+					"task", s.p, "topic", s.w.cfg.MarketTopic, "notification_ts_ms", tsMs, "waited", time.Since(began).Round(time.Millisecond))
+			}
+			recheck.Reset(idle)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

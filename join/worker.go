@@ -70,6 +70,9 @@ type Config struct {
 	HistoryRetention time.Duration
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client
+	// StartOffset is where a notifications partition with no committed
+	// offset starts: StartEarliest (the default) or StartLatest.
+	StartOffset string
 
 	// Registerer receives the worker's metrics. Default: a new registry,
 	// served by Handler(nil).
@@ -100,6 +103,8 @@ type Worker struct {
 
 	member Membership
 	gate   *gate // pauses notifications from Rebalancing to Assigned
+
+	faults storeFaults // tasks whose store failed (storefault.go)
 
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
@@ -136,6 +141,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, errors.New("join: Config.Stores is required")
 	case cfg.InstanceID == "":
 		return nil, errors.New("join: Config.InstanceID is required")
+	}
+	if err := validStartOffset(cfg.StartOffset); err != nil {
+		return nil, err
 	}
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -179,6 +187,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		reg = w.reg
 	}
 	w.metrics = NewMetrics(reg)
+	w.registerFaultMetrics(reg)
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
 	return w, nil
 }
@@ -187,6 +196,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 // stops every task and returns. It owns the membership loop, the committer
 // and every task goroutine, and waits for all of them.
 func (w *Worker) Run(ctx context.Context, m Membership) error {
+	defer w.forgetOffsetResets()
 	w.member = m
 	w.done = ctx.Done()
 	// Tasks run until stopAll cancels them, not until ctx ends: at
@@ -216,6 +226,7 @@ func (w *Worker) Run(ctx context.Context, m Membership) error {
 // Assigned implements group.Handler: start new tasks, stop gone ones, keep
 // the others running untouched.
 func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
+	w.stopStoreRetries()
 	w.metrics.Rebalances.Inc()
 	if a.Leader {
 		w.metrics.TasksMoved.Add(float64(a.Moved))
@@ -282,7 +293,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		}
 		store, err := w.openStore(p)
 		if err != nil {
-			w.log.Error("cannot open the task store; the task is not processed on this member", "task", p, "err", err)
+			w.storeFaultLocked(p, err)
 			continue
 		}
 		st := newStateTask(w, p, store, colocated(p))
@@ -297,6 +308,9 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		if colocated(p) {
 			if st = w.states[p]; st == nil {
 				st = fresh[p]
+			}
+			if st == nil {
+				continue // its store failed to open: not processed here (storefault.go)
 			}
 		}
 		newProcs = append(newProcs, newProcessTask(w, p, st))
@@ -320,6 +334,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 		w.startTask(pt, pt.run)
 	}
 	started := taskIDs(newStates)
+	w.retryStores()
 	w.updateTaskGauges()
 	w.gate.reopen()
 	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
@@ -390,12 +405,7 @@ func (w *Worker) shuttingDown() bool {
 const pauseTimeout = 5 * time.Second
 
 func (w *Worker) openStore(p int) (*statestore.Store, error) {
-	before := w.cfg.Stores.Rebuilds()
-	store, err := w.cfg.Stores.OpenTask(p)
-	if n := w.cfg.Stores.Rebuilds() - before; n > 0 {
-		w.metrics.StoreRebuilds.Add(float64(n))
-	}
-	return store, err
+	return w.cfg.Stores.OpenTask(p) // rebuilds are counted by the Manager (faults.go)
 }
 
 func (w *Worker) startTask(key any, run func(context.Context)) {
@@ -509,6 +519,9 @@ func (w *Worker) Ready() (bool, string) {
 	if !w.assigned {
 		return false, "no assignment yet"
 	}
+	if why := w.faultsLocked(); why != "" {
+		return false, why
+	}
 	var waiting []int
 	for p, st := range w.states {
 		if !st.isRestored() {
@@ -569,10 +582,10 @@ func (w *Worker) committedOffset(ctx context.Context, topic string, p int) (int6
 	for attempt := 0; ; attempt++ {
 		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
 		if err == nil {
-			if o, ok := offs[p]; ok {
+			if o, ok := offs[p]; ok && o >= 0 {
 				return o, nil
 			}
-			return -1, nil
+			return w.uncommittedStart(ctx, topic, p)
 		}
 		if ctx.Err() != nil {
 			return 0, ctx.Err()

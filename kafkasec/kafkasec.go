@@ -288,3 +288,29 @@ func (c *Config) Connect(ctx context.Context, brokers []string, log *slog.Logger
 	}
 	return s.Transport(), nil
 }
+
+// ConnectOrWait is Connect for a long-running worker: a security failure
+// (authentication, TLS, a plaintext client on a TLS listener) is returned,
+// since retrying cannot fix it, but unreachable brokers are only logged:
+// the caller retries them until its own startup deadline.
+func (c *Config) ConnectOrWait(ctx context.Context, brokers []string, log *slog.Logger) (*kafka.Transport, error) {
+	tr, err := c.Connect(ctx, brokers, log)
+	if err == nil || IsSecurityError(err) {
+		return tr, err
+	}
+	s, berr := c.Build()
+	if berr != nil {
+		return nil, berr
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("cannot check the connection security yet: the brokers do not answer; retrying them at start", "err", err)
+	return s.Transport(), nil
+}
+
+// IsSecurityError reports whether err is a failure that retrying cannot
+// fix: authentication, TLS, or a plaintext client on a TLS listener.
+func IsSecurityError(err error) bool {
+	return errors.Is(err, ErrAuth) || errors.Is(err, ErrTLS) || errors.Is(err, ErrPlaintextToTLS)
+}

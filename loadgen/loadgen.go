@@ -52,6 +52,9 @@ type Config struct {
 	// DropIDs leaves Summary.NotificationIDs empty, for runs too large to
 	// keep every id (the demo counts alerts instead).
 	DropIDs bool
+	// RetryTimeout is how long failed writes are retried without progress
+	// before the run gives up. Default: DefaultRetryTimeout.
+	RetryTimeout time.Duration
 
 	// Progress receives a line at least once a second and a summary.
 	// Default: io.Discard.
@@ -63,7 +66,10 @@ type Summary struct {
 	Ticks         int
 	Notifications int
 	Malformed     int
-	Elapsed       time.Duration
+	// Retried counts the records written again after a failed write
+	// (a record retried twice counts twice).
+	Retried int
+	Elapsed time.Duration
 	// LastPrice is the last price produced for each symbol.
 	LastPrice map[string]float64
 	// NotificationIDs are the ids of the well-formed notifications (none
@@ -105,6 +111,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
+	if cfg.RetryTimeout <= 0 {
+		cfg.RetryTimeout = DefaultRetryTimeout
+	}
 	switch {
 	case cfg.Symbols < 0, cfg.TicksPerSymbol < 0, cfg.NotificationsPerSymbol < 0, cfg.Malformed < 0:
 		return Summary{}, errors.New("loadgen: counts must not be negative")
@@ -124,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	syms := Symbols(cfg.Symbols)
 	total := cfg.Symbols*(cfg.TicksPerSymbol+cfg.NotificationsPerSymbol) + cfg.Malformed
-	p := &producer{w: w, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now()}
+	p := &producer{w: w, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now(), retryTimeout: cfg.RetryTimeout}
 	sum := Summary{LastPrice: make(map[string]float64, len(syms))}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6a6f696e6572))
 
@@ -173,8 +182,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	sum.Elapsed = time.Since(p.start)
 	rate := float64(sum.Records()) / max(sum.Elapsed.Seconds(), 1e-9)
-	fmt.Fprintf(cfg.Progress, "loadgen: done: %d ticks, %d notifications, %d malformed in %s (%.0f records/s)\n",
-		sum.Ticks, sum.Notifications, sum.Malformed, sum.Elapsed.Round(time.Millisecond), rate)
+	sum.Retried = p.retried
+	fmt.Fprintf(cfg.Progress, "loadgen: done: %d ticks, %d notifications, %d malformed in %s (%.0f records/s); %d records retried\n",
+		sum.Ticks, sum.Notifications, sum.Malformed, sum.Elapsed.Round(time.Millisecond), rate, sum.Retried)
 	return sum, nil
 }
 
@@ -202,6 +212,9 @@ type producer struct {
 	buf        []kafka.Message
 	sent       int
 	lastReport time.Time
+
+	retryTimeout time.Duration
+	retried      int
 }
 
 const chunk = 1000
@@ -223,8 +236,8 @@ func (p *producer) flush(ctx context.Context) error {
 	if len(p.buf) == 0 {
 		return nil
 	}
-	if err := p.w.WriteMessages(ctx, p.buf...); err != nil {
-		return fmt.Errorf("loadgen: writing %d records after %d sent: %w", len(p.buf), p.sent, err)
+	if err := p.write(ctx, p.buf); err != nil {
+		return fmt.Errorf("loadgen: writing %d records after %d sent (%d retried): %w", len(p.buf), p.sent, p.retried, err)
 	}
 	p.sent += len(p.buf)
 	p.buf = p.buf[:0]

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
@@ -56,6 +57,25 @@ type Config struct {
 	CreateTopics      bool
 	Partitions        int
 	ReplicationFactor int
+	// PartitionsExplicit says Partitions was given by the user: then
+	// CreateTopics refuses to create a topic whose co-partitioned pair
+	// exists with another count (ErrPartitionsConflict) instead of
+	// following the pair's count with a WARN.
+	PartitionsExplicit bool
+
+	// StartupTimeout bounds how long New retries unreachable brokers
+	// (capped, jittered backoff) before it fails. Default:
+	// DefaultStartupTimeout.
+	StartupTimeout time.Duration
+	// StartOffset is where notifications partitions with no committed
+	// offset start: "earliest" (default) or "latest".
+	StartOffset string
+	// CorruptRetention is how long moved-aside task stores are kept.
+	// Default: statestore.DefaultCorruptRetention.
+	CorruptRetention time.Duration
+	// StoreFS is the filesystem of the task stores. Default: the OS's.
+	// Tests inject faults with it.
+	StoreFS vfs.FS
 
 	Assignor          string
 	SessionTimeout    time.Duration
@@ -145,16 +165,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
-	if cfg.CreateTopics {
-		if err := EnsureTopics(ctx, n.client, cfg.Topics, cfg.Partitions, max(cfg.ReplicationFactor, 1)); err != nil {
-			return nil, err
-		}
-	}
-	parts, err := CheckCopartitioned(ctx, n.client, cfg.Topics)
+	parts, err := n.bootstrap(ctx)
 	if err != nil {
 		return nil, err
 	}
 	n.log.Info("topics are co-partitioned", "market", cfg.Topics.Market, "notifications", cfg.Topics.Notifications, "partitions", parts)
+	n.logReplay(ctx, parts)
 
 	n.stores, err = statestore.Open(statestore.Options{
 		Dirs:       cfg.StateDirs,
@@ -162,13 +178,19 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		CacheBytes: cfg.CacheBytes,
 		Placement:  cfg.Placement,
 		Logger:     n.log,
+
+		InstanceID:       cfg.InstanceID,
+		CorruptRetention: cfg.CorruptRetention,
+		FS:               cfg.StoreFS,
 	})
 	if err != nil {
 		return nil, err
 	}
-	n.listener, err = net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w (set --http-addr)", cfg.HTTPAddr, err)
+	if n.listener == nil { // bootstrap opens it when it has to wait
+		n.listener, err = net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w (set --http-addr)", cfg.HTTPAddr, err)
+		}
 	}
 	n.addr = cfg.AdvertiseAddr
 	if n.addr == "" {
@@ -203,6 +225,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		CommitInterval:     cfg.CommitInterval,
 		HistoryRetention:   cfg.HistoryRetention,
 		HTTPClient:         n.peer.client(),
+		StartOffset:        cfg.StartOffset,
 		Registerer:         n.reg,
 		Logger:             cfg.Logger,
 	})

@@ -81,3 +81,28 @@ func TestEnsureTopicsFollowsExistingCount(t *testing.T) {
 		t.Fatalf("notifications created with %d partitions (%v); want market's 3", n, err)
 	}
 }
+
+// Two workers of one group on one state dir: the second fails at start,
+// naming the first one's instance id.
+func TestSecondWorkerOnStateDirRefused(t *testing.T) {
+	client := startBroker(t, kfake.SeedTopics(2, "market", "notifications"))
+	dir := t.TempDir()
+	cfg := Config{Brokers: []string{client.Addr.String()}, StateDirs: []string{dir}, HTTPAddr: "127.0.0.1:0", CacheBytes: 1 << 20}
+	cfg.InstanceID = "worker-1"
+	first, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	cfg.InstanceID = "worker-2"
+	_, err = New(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "instance=worker-1") {
+		t.Fatalf("second worker on the same state dir: err = %v, want one naming worker-1", err)
+	}
+	cfg.Group = "another-group"
+	other, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("another group on the same state dir: %v", err)
+	}
+	other.Close()
+}

@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/segmentio/kafka-go"
 )
+
+// ErrPartitionsConflict is returned (wrapped) when --partitions was given
+// explicitly and the existing one of the co-partitioned topics has another
+// count: the missing topic is not created.
+var ErrPartitionsConflict = errors.New("partition count conflicts with an existing topic")
 
 // Topics names the topics a worker uses.
 type Topics struct {
@@ -55,21 +61,45 @@ func PartitionCounts(ctx context.Context, c *kafka.Client, topics []string) (map
 // EnsureTopics creates the missing topics of t, the co-partitioned ones
 // (market, notifications) with the partition count they must share: that
 // of the one that exists, or partitions when neither does. The alerts and
-// dead-letter topics get the same count.
+// dead-letter topics get the same count. When the count of an existing topic
+// differs from partitions, the missing one follows the existing one and a
+// WARN names both counts (slog.Default()).
 func EnsureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, replication int) error {
+	return ensureTopics(ctx, c, t, partitions, replication, false, slog.Default())
+}
+
+// ensureTopics is EnsureTopics; with explicit (the user gave --partitions),
+// it refuses to create a co-partitioned topic whose pair exists with
+// another count instead of following it.
+func ensureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, replication int, explicit bool, log *slog.Logger) error {
 	t.defaults()
 	counts, err := PartitionCounts(ctx, c, t.all())
 	if err != nil {
 		return err
 	}
 	n := partitions
+	existing := ""
 	if v, ok := counts[t.Market]; ok {
-		n = v
+		n, existing = v, t.Market
 	} else if v, ok := counts[t.Notifications]; ok {
-		n = v
+		n, existing = v, t.Notifications
 	}
 	if n < 1 {
 		return fmt.Errorf("cannot create topics with %d partitions; give --partitions 1 or more", n)
+	}
+	_, hasM := counts[t.Market]
+	_, hasN := counts[t.Notifications]
+	if existing != "" && hasM != hasN && n != partitions {
+		missing := t.Notifications
+		if !hasM {
+			missing = t.Market
+		}
+		if explicit {
+			return fmt.Errorf("%w: --partitions is %d but %s already has %d partitions, so %s must have %d too; give --partitions %d or leave it out",
+				ErrPartitionsConflict, partitions, existing, n, missing, n, n)
+		}
+		log.Warn("creating a topic with the partition count of its existing pair, not --partitions",
+			"topic", missing, "partitions", n, "pair", existing, "pair_partitions", n, "flag_partitions", partitions)
 	}
 	var create []kafka.TopicConfig
 	for _, name := range t.all() {

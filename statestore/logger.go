@@ -7,9 +7,14 @@ import (
 )
 
 // pebbleLogger routes Pebble's own log lines to slog: informational lines
-// at Debug, errors at Error. Fatalf logs at Error and panics, since Pebble
-// expects it not to return.
-type pebbleLogger struct{ l *slog.Logger }
+// at Debug, errors at Error. Fatalf logs at Error, records the fault (a
+// corruption marker in the task dir; see corrupt.go), which by default
+// exits, and panics if that returned, since Pebble expects it not to
+// return.
+type pebbleLogger struct {
+	l     *slog.Logger
+	fatal func(msg string) // records the fault; by default it exits
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	if p.l.Enabled(context.Background(), slog.LevelDebug) {
@@ -24,5 +29,8 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := "pebble: " + fmt.Sprintf(format, args...)
 	p.l.Error(msg)
+	if p.fatal != nil {
+		p.fatal(msg)
+	}
 	panic(msg)
 }

@@ -80,6 +80,20 @@ type Options struct {
 	// store that failed to open was moved aside and replaced by an empty
 	// one; err is the open failure.
 	OnRebuild func(task int, err error)
+
+	// InstanceID is written into the lock file of each state dir, so that a
+	// second worker on the same dir and group is told who holds it.
+	InstanceID string
+	// CorruptRetention is how long moved-aside stores (task-<p>.corrupt-*)
+	// are kept before Open or a rebuild deletes them. Default:
+	// DefaultCorruptRetention.
+	CorruptRetention time.Duration
+	// Fatal is called when Pebble reports corruption (or a fatal error) in
+	// a task store at run time, after a marker recording it was written to
+	// the task dir: the next OpenTask moves that store aside and rebuilds
+	// it. Pebble expects it not to return. Default: exit the process with
+	// status 1.
+	Fatal func(task int, err error)
 }
 
 // Validate reports the first problem with o, ignoring defaults.
@@ -122,6 +136,11 @@ type Manager struct {
 	freeBytes func(dir string) (uint64, error) // replaced in tests
 	rebuilds  atomic.Int64
 
+	locks       []*dirLock       // lock.go
+	corruptDirs atomic.Int64     // corrupt.go
+	byReason    map[string]int64 // rebuilds by reason; guarded by mu
+	override    map[int]string   // task dir chosen by Rebuild; guarded by mu
+
 	mu     sync.Mutex
 	closed bool
 	open   map[int]*Store // a nil value marks a task being opened
@@ -146,6 +165,12 @@ func Open(opts Options) (*Manager, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}
+	if opts.CorruptRetention <= 0 {
+		opts.CorruptRetention = DefaultCorruptRetention
+	}
+	if opts.Fatal == nil {
+		opts.Fatal = exitOne
+	}
 	m := &Manager{
 		opts: opts,
 		fs:   opts.FS,
@@ -158,10 +183,19 @@ func Open(opts Options) (*Manager, error) {
 	}
 	for _, d := range opts.Dirs {
 		if err := m.fs.MkdirAll(m.groupDir(d), 0o755); err != nil {
+			if readOnly(err) { // its tasks fail over (unusable.go), the worker stays up
+				m.log.Warn("statestore: a state dir is read-only; its task stores will fail and be placed elsewhere or released",
+					"dir", m.groupDir(d), "err", err)
+				continue
+			}
 			return nil, fmt.Errorf("statestore: create %s: %w (check that the state dir exists and is writable)",
 				m.groupDir(d), err)
 		}
 	}
+	if err := m.lockGroupDirs(); err != nil {
+		return nil, err
+	}
+	m.sweepCorrupt()
 	m.cache = pebble.NewCache(opts.CacheBytes)
 	return m, nil
 }
@@ -193,6 +227,7 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.cache.Unref() // each open DB holds its own reference
+	m.unlockGroupDirs()
 	return errors.Join(errs...)
 }
 
@@ -246,8 +281,12 @@ func (m *Manager) OpenTask(task int) (*Store, error) {
 }
 
 func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
-	s, openErr := m.openStore(task, dir)
-	if openErr == nil {
+	reason := RebuildOpenFailed
+	var openErr error
+	var s *Store
+	if what, ok := m.marked(dir); ok {
+		reason, openErr = RebuildCorruption, fmt.Errorf("%w: recorded at run time: %s", ErrCorrupt, what)
+	} else if s, openErr = m.openStore(task, dir); openErr == nil {
 		return s, nil
 	}
 	if errors.Is(openErr, errOldFormat) {
@@ -266,9 +305,10 @@ func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
 		return nil, fmt.Errorf("statestore: open task %d in %s: %w; moving it aside to %s also failed: %v (remove the dir by hand to rebuild it from Kafka)",
 			task, dir, openErr, aside, err)
 	}
-	m.rebuilds.Add(1)
+	m.countRebuild(reason)
+	m.sweepCorrupt()
 	m.log.Warn("statestore: task store failed to open; moved it aside and rebuilding from Kafka",
-		"task", task, "dir", dir, "moved_to", aside, "err", openErr)
+		"task", task, "dir", dir, "moved_to", aside, "reason", reason, "err", openErr)
 	if m.opts.OnRebuild != nil {
 		m.opts.OnRebuild(task, openErr)
 	}
@@ -285,9 +325,10 @@ func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
 
 func (m *Manager) openStore(task int, dir string) (*Store, error) {
 	db, err := pebble.Open(dir, &pebble.Options{
-		Cache:  m.cache,
-		FS:     m.fs,
-		Logger: pebbleLogger{m.log.With("task", task)},
+		Cache:         m.cache,
+		FS:            m.fs,
+		Logger:        pebbleLogger{l: m.log.With("task", task), fatal: func(msg string) { m.corruption(task, dir, msg) }},
+		EventListener: m.eventListener(task, dir),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open task %d in %s: %w", task, dir, err)
@@ -354,6 +395,7 @@ func (m *Manager) RemoveTask(task int) error {
 		return fmt.Errorf("statestore: remove task %d: %w", task, ErrTaskOpen)
 	}
 	name := taskDirName(task)
+	delete(m.override, task)
 	for _, d := range m.opts.Dirs {
 		gdir := m.groupDir(d)
 		names, err := m.fs.List(gdir)
@@ -364,7 +406,7 @@ func (m *Manager) RemoveTask(task int) error {
 			return fmt.Errorf("statestore: remove task %d: list %s: %w", task, gdir, err)
 		}
 		for _, n := range names {
-			if n != name && !strings.HasPrefix(n, name+".corrupt-") {
+			if n != name && n != name+".rebuilt" && !strings.HasPrefix(n, name+".corrupt-") {
 				continue
 			}
 			p := m.fs.PathJoin(gdir, n)
@@ -398,6 +440,11 @@ func (m *Manager) Tasks() ([]int, error) {
 // strategy says if it exists nowhere. m.mu must be held, so that concurrent
 // placements see each other's dirs.
 func (m *Manager) placeLocked(task int) (string, error) {
+	if p, ok := m.override[task]; ok {
+		if fi, err := m.fs.Stat(p); err == nil && fi.IsDir() {
+			return p, nil
+		}
+	}
 	var found []string
 	for _, d := range m.opts.Dirs {
 		p := m.taskDir(d, task)

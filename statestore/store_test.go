@@ -292,7 +292,15 @@ func TestCorruptOffsetValueIsRebuilt(t *testing.T) {
 
 func TestLockedStoreIsNotMoved(t *testing.T) {
 	dir := t.TempDir()
-	m1 := openManager(t, Options{Dirs: []string{dir}})
+	m1 := openManager(t, Options{Dirs: []string{dir}, InstanceID: "worker-1"})
+	// A second Manager of the group on the same dir is refused at Open,
+	// naming the holder (lock.go).
+	if _, err := Open(Options{Dirs: []string{dir}, Group: "joiner", InstanceID: "worker-2"}); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "instance=worker-1") {
+		t.Fatalf("second Open on a locked state dir: err = %v, want ErrLocked naming worker-1", err)
+	}
+	// Past that lock (released here by hand), each store's own Pebble lock
+	// still keeps it from being moved.
+	m1.unlockGroupDirs()
 	m2 := openManager(t, Options{Dirs: []string{dir}})
 	s := openTask(t, m1, 5)
 	if err := s.Apply([]Tick{{"X", 1, 1, 1}}, 1); err != nil {

@@ -30,6 +30,7 @@ func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Rate, "rate", 0, "records per second; 0 is as fast as possible")
 	fs.StringVar(&cfg.RunID, "run-id", "", "tag in notification ids, to keep several runs apart")
 	sec := kafkasec.AddFlags(fs)
+	fs.DurationVar(&cfg.RetryTimeout, "retry-timeout", loadgen.DefaultRetryTimeout, "how long failed writes are retried without progress before giving up")
 	if status, ok := parseFlags(fs, args, true); !ok {
 		return status
 	}
@@ -41,7 +42,11 @@ func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "joiner loadgen: --symbols must be at least 1; counts and --rate must not be negative")
 		return 2
 	}
-	if err := sec.Validate(); err != nil {
+	err := validateLoadgen(fs, &cfg, splitList(brokers))
+	if err == nil {
+		err = sec.Validate()
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
 		return 2
 	}
@@ -49,7 +54,6 @@ func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
 	cfg.Progress = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
 	if cfg.Transport, err = sec.Connect(ctx, cfg.Brokers, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
 		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
 		return 1

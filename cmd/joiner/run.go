@@ -12,6 +12,7 @@ import (
 
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/statestore"
 )
 
 // runWorker is `joiner run`: one worker of the consumer group.
@@ -43,7 +44,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 30*time.Second, "group rebalance timeout; also bounds a clean leave")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
 	fs.BoolVar(&cfg.LeaveOnShutdown, "leave-on-shutdown", false, "leave the group on SIGTERM so its tasks move at once (scale-down); by default a stopped worker keeps its place until the session timeout")
-	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "longest a notification waits for the market to be read past its timestamp")
+	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
 	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")
 	sec := kafkasec.AddFlags(fs)
@@ -52,6 +53,9 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.StringVar(&cfg.HTTPKeyFile, "http-tls-key-file", "", "PEM private key of --http-tls-cert-file")
 	fs.StringVar(&httpCAFile, "http-tls-ca-file", "", "PEM CA bundle that signs the workers' HTTP certificates (default --tls-ca-file, else the system roots)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the --http-addr listener")
+	fs.DurationVar(&cfg.CorruptRetention, "corrupt-retention", statestore.DefaultCorruptRetention, "how long moved-aside task stores (task-<p>.corrupt-*) are kept before they are deleted")
+	fs.StringVar(&cfg.StartOffset, "start-offset", "earliest", "where a group with no committed offset starts on the notifications: earliest or latest")
+	fs.DurationVar(&cfg.StartupTimeout, "startup-timeout", node.DefaultStartupTimeout, "how long to retry unreachable brokers at start before exiting 1")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLvl, "log-level", "info", "log level: debug, info, warn or error")
 	if status, ok := parseFlags(fs, args, true); !ok {
@@ -72,19 +76,28 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	}
 	cfg.Brokers = splitList(brokers)
 	cfg.StateDirs = splitList(stateDirs)
+	if err := validateRun(fs, &cfg); err != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 2
+	}
+	cfg.PartitionsExplicit = flagGiven(fs, "partitions")
 	cfg.ProcessMetrics = true
 	cfg.Logger = log
 	cfg.PeerCAFile = cmp.Or(httpCAFile, sec.CAFile)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tr, err := sec.Connect(ctx, cfg.Brokers, log)
+	tr, err := sec.ConnectOrWait(ctx, cfg.Brokers, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "joiner run: %v\n", err)
 		return 1
 	}
 	cfg.Transport = tr
 	n, err := node.New(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		fmt.Fprintf(stderr, "joiner run: %v\n", err)
+		return 0 // stopped by a signal while starting
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "joiner run: %v\n", err)
 		return 1

@@ -38,6 +38,13 @@ var exported = map[string]string{
 	"joiner_remote_lookup_seconds": "histogram",
 	// node: requests refused for a missing or wrong peer token.
 	"joiner_http_unauthorized_total": "counter",
+
+	"joiner_group_partitions":          "gauge",
+	"joiner_group_excluded":            "gauge",
+	"joiner_group_plan_errors":         "gauge",
+	"joiner_group_unpaired_partitions": "gauge",
+	"joiner_store_corrupt_dirs":        "gauge",
+	"joiner_offset_resets_total":       "counter",
 }
 
 var (

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Every wrong flag or env value of `joiner run` is a usage error: exit 2,
+// one line naming the flag, before anything connects to Kafka (the broker
+// address below has nothing listening; a run that got that far would exit
+// 1, not 2).
+func TestRunUsageErrors(t *testing.T) {
+	base := []string{"--brokers", "127.0.0.1:1", "--http-addr", "127.0.0.1:0", "--startup-timeout", "1s"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"empty group", []string{"--group", ""}, nil, "--group"},
+		{"blank group", []string{"--group", "  "}, nil, "--group"},
+		{"empty group from env", nil, map[string]string{"JOINER_GROUP": ""}, "JOINER_GROUP"},
+		{"empty instance id", []string{"--instance-id", ""}, nil, "--instance-id"},
+		{"empty instance id from env", nil, map[string]string{"JOINER_INSTANCE_ID": ""}, "--instance-id"},
+		{"empty market topic", []string{"--market-topic", ""}, nil, "--market-topic"},
+		{"empty notifications topic", []string{"--notifications-topic", ""}, nil, "--notifications-topic"},
+		{"empty alerts topic", []string{"--alerts-topic", ""}, nil, "--alerts-topic"},
+		{"empty dead-letter topic", []string{"--dead-letter-topic", ""}, nil, "--dead-letter-topic"},
+		{"same input topics", []string{"--market-topic", "x", "--notifications-topic", "x"}, nil, "must differ"},
+		{"empty brokers", []string{"--brokers", ""}, nil, "--brokers"},
+		{"only commas in brokers", []string{"--brokers", " , "}, nil, "--brokers"},
+		{"empty state dir", []string{"--state-dir", ""}, nil, "--state-dir"},
+		{"unknown placement", []string{"--state-placement", "random"}, nil, "--state-placement"},
+		{"unknown assignor", []string{"--assignor", "sticky"}, nil, "--assignor"},
+		{"unknown assignor from env", nil, map[string]string{"JOINER_ASSIGNOR": "sticky"}, "JOINER_ASSIGNOR"},
+		{"negative cache", []string{"--cache-bytes", "-1"}, nil, "--cache-bytes"},
+		{"zero partitions", []string{"--partitions", "0"}, nil, "--partitions"},
+		{"zero replication", []string{"--replication-factor", "0"}, nil, "--replication-factor"},
+		{"zero session timeout", []string{"--session-timeout", "0s"}, nil, "--session-timeout"},
+		{"negative rebalance timeout", []string{"--rebalance-timeout", "-1s"}, nil, "--rebalance-timeout"},
+		{"zero heartbeat", []string{"--heartbeat-interval", "0s"}, nil, "--heartbeat-interval"},
+		{"heartbeat too long", []string{"--heartbeat-interval", "5s", "--session-timeout", "10s"}, nil, "a third"},
+		{"zero max task idle", []string{"--max-task-idle", "0s"}, nil, "--max-task-idle"},
+		{"zero commit interval", []string{"--commit-interval", "0s"}, nil, "--commit-interval"},
+		{"bad duration from env", nil, map[string]string{"JOINER_COMMIT_INTERVAL": "soon"}, "JOINER_COMMIT_INTERVAL"},
+		{"zero startup timeout", []string{"--startup-timeout", "0s"}, nil, "--startup-timeout"},
+		{"unknown start offset", []string{"--start-offset", "beginning"}, nil, "--start-offset"},
+		{"zero corrupt retention", []string{"--corrupt-retention", "0s"}, nil, "--corrupt-retention"},
+		{"bad log level", []string{"--log-level", "loud"}, nil, "--log-level"},
+		{"extra argument", []string{"now"}, nil, "unexpected argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var stdout, stderr bytes.Buffer
+			code := dispatch(append(append([]string{"run"}, base...), tc.args...), nil, &stdout, &stderr)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not name %q", stderr.String(), tc.want)
+			}
+			if n := strings.Count(strings.TrimSpace(stderr.String()), "\n"); n > 0 {
+				t.Errorf("stderr has %d lines, want one:\n%s", n+1, stderr.String())
+			}
+		})
+	}
+}
+
+func TestLoadgenUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--retry-timeout", "0s"},
+		{"--brokers", ""},
+		{"--market-topic", ""},
+		{"--symbols", "0"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := dispatch(append([]string{"loadgen", "--brokers", "127.0.0.1:1"}, args...), nil, &stdout, &stderr); code != 2 {
+			t.Errorf("loadgen %q: exit %d, want 2; stderr: %s", args, code, stderr.String())
+		}
+	}
+}
+
+// Row "broker unreachable when a worker starts": `joiner run` retries,
+// serves /healthz 200 and /readyz 503 meanwhile, and exits 1 with a line
+// naming --startup-timeout when it gives up.
+func TestRunWaitsForKafkaThenExits1(t *testing.T) {
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokers := dead.Addr().String()
+	dead.Close()
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := hl.Addr().String()
+	hl.Close()
+	var stderr syncWriter
+	done := make(chan int, 1)
+	start := time.Now()
+	go func() {
+		done <- dispatch([]string{"run", "--brokers", brokers, "--http-addr", httpAddr, "--instance-id", "w1",
+			"--state-dir", t.TempDir(), "--startup-timeout", "3s"}, nil, io.Discard, &stderr)
+	}()
+	var ready, health int
+	for time.Since(start) < 3*time.Second && (ready == 0 || health == 0) {
+		if r, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
+			ready = r.StatusCode
+			r.Body.Close()
+		}
+		if r, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
+			health = r.StatusCode
+			r.Body.Close()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ready != http.StatusServiceUnavailable || health != http.StatusOK {
+		t.Errorf("while waiting: /readyz %d, /healthz %d; want 503 and 200", ready, health)
+	}
+	select {
+	case code := <-done:
+		if code != 1 {
+			t.Errorf("exit %d, want 1", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("joiner run did not give up within 30s of a 3s --startup-timeout")
+	}
+	if d := time.Since(start); d < 3*time.Second {
+		t.Errorf("gave up after %s, before --startup-timeout 3s", d)
+	}
+	out := stderr.String()
+	if !strings.Contains(out, "--startup-timeout") || !strings.Contains(out, "Kafka is not reachable; retrying") {
+		t.Errorf("stderr does not log the retries and the give-up line:\n%s", out)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
