@@ -21,6 +21,15 @@ type Plan struct {
 	// claimed, claimed by more than one member, or claimed only by a member
 	// that left) always counts as moved.
 	Moved int
+
+	// Standby maps every current member to the tasks it keeps a standby
+	// copy of, ascending; set only by AssignWith with Options.Standbys > 0
+	// (nil otherwise).
+	Standby map[string][]int
+	// Warmup maps a member to the tasks it warms up a copy of because
+	// balance would move them to it but it holds no caught-up copy; set
+	// only by AssignWith when there are warm-ups (nil otherwise).
+	Warmup map[string][]int
 }
 
 // Previous-owner markers in the owner array; values >= 0 index the claimer.
@@ -61,7 +70,7 @@ const (
 // modify its arguments and runs in O(P + C log C + M log M) time for C
 // claims.
 func Assign(partitions int, members []string, previous map[string][]int) (Plan, error) {
-	return assign(partitions, members, previous, nil)
+	return assign(partitions, members, previous, nil, nil)
 }
 
 // AssignExplain is Assign that also writes, to w, the steps it takes in the
@@ -76,7 +85,7 @@ func AssignExplain(partitions int, members []string, previous map[string][]int, 
 		return Assign(partitions, members, previous)
 	}
 	tr := newTracer(w)
-	plan, err := assign(partitions, members, previous, tr)
+	plan, err := assign(partitions, members, previous, nil, tr)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -97,8 +106,12 @@ type planner struct {
 	target []int32 // per current member
 }
 
-func assign(partitions int, members []string, previous map[string][]int, tr *tracer) (Plan, error) {
+// assign is Assign, and AssignWith when opt is not nil.
+func assign(partitions int, members []string, previous map[string][]int, opt *Options, tr *tracer) (Plan, error) {
 	if err := checkCount("", partitions); err != nil {
+		return Plan{}, err
+	}
+	if err := opt.check(); err != nil {
 		return Plan{}, err
 	}
 	ids := slices.Clone(members)
@@ -112,17 +125,35 @@ func assign(partitions int, members []string, previous map[string][]int, tr *tra
 	if err := pl.claim(previous, tr); err != nil {
 		return Plan{}, err
 	}
+	var ha *haState
+	if opt != nil {
+		var err error
+		if ha, err = pl.prepare(opt); err != nil {
+			return Plan{}, err
+		}
+	}
 	if pl.m == 0 {
 		if tr != nil {
 			tr.noMembers(pl)
 		}
-		return Plan{Assignment: map[string][]int{}}, nil
+		plan := Plan{Assignment: map[string][]int{}}
+		if ha != nil && ha.opt.Standbys > 0 {
+			plan.Standby = map[string][]int{}
+		}
+		return plan, nil
 	}
 	pl.targets()
 	if tr != nil {
 		tr.before(pl)
 	}
-	return pl.fill(tr), nil
+	if ha == nil {
+		plan := pl.fill(tr)
+		if tr != nil {
+			tr.after(pl, plan)
+		}
+		return plan, nil
+	}
+	return pl.assignHA(ha, tr), nil
 }
 
 // claim resolves previous into the owner array, dropping claims >= P.
@@ -248,9 +279,6 @@ func (pl *planner) fill(tr *tracer) Plan {
 		end := off + int(pl.target[i])
 		plan.Assignment[id] = tasks[off:end:end]
 		off = end
-	}
-	if tr != nil {
-		tr.after(pl, plan)
 	}
 	return plan
 }

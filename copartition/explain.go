@@ -138,9 +138,15 @@ func (tr *tracer) before(pl *planner) {
 
 // fill writes the decision for pool task t, just before h.take makes it.
 func (tr *tracer) fill(pl *planner, t int, h fillHeap) {
-	owned, i := unkey(h[0])
-	fmt.Fprintf(tr.w, "fill %d -> %s (owns %d, ", t, name(pl.ids[i]), owned)
 	next, ok := h.runnerUp()
+	tr.fillKeys(pl, t, h[0], next, ok)
+}
+
+// fillKeys writes the decision for pool task t given the heap's top key
+// and, when ok, the key it would yield next.
+func (tr *tracer) fillKeys(pl *planner, t int, top, next uint64, ok bool) {
+	owned, i := unkey(top)
+	fmt.Fprintf(tr.w, "fill %d -> %s (owns %d, ", t, name(pl.ids[i]), owned)
 	nextOwned, j := unkey(next)
 	switch {
 	case !ok:

@@ -108,7 +108,8 @@ type Fleet struct {
 	Dir    string
 	// Template configures every worker (assignor, timeouts, logger); the
 	// fleet sets the broker, group, topics, instance id, state dir, HTTP
-	// address and transport, and shortens the group timeouts left zero.
+	// address and transport, sets LeaveOnShutdown (Stop leaves the group,
+	// Crash does not), and shortens the group timeouts left zero.
 	Template node.Config
 
 	mu      sync.Mutex
@@ -177,6 +178,7 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 	cfg.Transport = tr
 	cfg.Brokers, cfg.Group, cfg.Topics = f.Broker.Addrs, f.Broker.Group, f.Broker.Topics
 	cfg.InstanceID = instance
+	cfg.LeaveOnShutdown = true // Stop leaves; Crash does not
 	cfg.StateDirs = []string{filepath.Join(f.Dir, instance)}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	n, err := node.New(ctx, cfg)

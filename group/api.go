@@ -65,6 +65,14 @@ type Config struct {
 	// HeartbeatInterval. Default: 1s (and at most SessionTimeout/3).
 	HeartbeatInterval time.Duration
 
+	// LeaveOnShutdown sends LeaveGroup when Run's context is cancelled,
+	// so the group rebalances at once (scale-down). Default false: the
+	// member stops as a static member (KIP-345, like Kafka's own clients
+	// with a group.instance.id), its tasks wait for it until the session
+	// timeout, and a restart within it rejoins without a rebalance.
+	// RemoveMember removes a stopped member for good.
+	LeaveOnShutdown bool
+
 	// Handler receives assignment and rebalance events. Required.
 	Handler Handler
 

@@ -174,10 +174,12 @@ func (m *Member) Current() (Assignment, bool) {
 // so its commits fail with ErrRebalancing.
 //
 // On cancellation Run calls Handler.Rebalancing with a context bounded by
-// Config.RebalanceTimeout (not the cancelled ctx), sends LeaveGroup with the
-// instance id (also bounded by RebalanceTimeout) and returns nil when the
-// leave succeeded, an error when it did not (the coordinator then drops the
-// member after the session timeout). It returns an error wrapping ErrFenced
+// Config.RebalanceTimeout (not the cancelled ctx) and returns nil: the
+// member stays in the group until the session timeout, so a restart within
+// it takes its place without a rebalance. With Config.LeaveOnShutdown it
+// sends LeaveGroup with the instance id (also bounded by RebalanceTimeout)
+// and returns nil when the leave succeeded, an error when it did not (the
+// coordinator then drops the member after the session timeout). It returns an error wrapping ErrFenced
 // when another process took over the instance id, and an error for
 // configuration problems the coordinator rejects.
 func (m *Member) Run(ctx context.Context) error {
@@ -626,12 +628,19 @@ func (m *Member) partitionCounts(ctx context.Context) (map[string]int, error) {
 	return counts, nil
 }
 
-// leave sends LeaveGroup, bounded by RebalanceTimeout. Rebalancing was
-// already called by the time it runs.
+// leave sends LeaveGroup, bounded by RebalanceTimeout, when
+// Config.LeaveOnShutdown is set; otherwise the member stops as a static
+// member that will come back (KIP-345). Rebalancing was already called by
+// the time it runs.
 func (m *Member) leave(ctx context.Context, memberID string) error {
 	m.dropGeneration()
 	if memberID == "" {
 		m.log.Info("group: stopped before joining")
+		return nil
+	}
+	if !m.cfg.LeaveOnShutdown {
+		m.log.Info("group: stopped without leaving the group (static member): its tasks wait for it until the session timeout; "+
+			"use --leave-on-shutdown to scale down, or joiner leave to remove it", "member", memberID, "session_timeout", m.cfg.SessionTimeout)
 		return nil
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)

@@ -144,6 +144,7 @@ func startMember(t *testing.T, addrs []string, id string, edit func(*Config, *Me
 		SessionTimeout:    time.Second,
 		RebalanceTimeout:  3 * time.Second,
 		HeartbeatInterval: 50 * time.Millisecond,
+		LeaveOnShutdown:   true,
 		Handler:           rec,
 		Logger:            slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test_member", id),
 	}

@@ -83,6 +83,7 @@ func TestIntegrationSeed004(t *testing.T) {
 // planner, then that no notification was lost and the stores hold the last
 // prices.
 func TestIntegrationScaleOutAndIn(t *testing.T) {
+	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true") // scale-in leaves at once
 	c := newCluster(t, partitions)
 	running := []*worker{c.start("w1")}
 	st := c.waitStable(running, 0, 60*time.Second)
@@ -153,10 +154,12 @@ func TestIntegrationKill9Takeover(t *testing.T) {
 	c.drain("kill -9", l, survivors, cur.gen)
 }
 
-// TestIntegrationRestartSameInstance stops the only worker with SIGTERM,
+// TestIntegrationRestartSameInstance stops the only worker with SIGTERM
+// and --leave-on-shutdown (so its restart goes through a rebalance),
 // produces K ticks, restarts it with the same instance id and state dir,
 // and checks that it restores exactly those K records and keeps its tasks.
 func TestIntegrationRestartSameInstance(t *testing.T) {
+	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true") // a restart through a rebalance
 	c := newCluster(t, partitions)
 	w := c.start("w1")
 	st := c.waitStable([]*worker{w}, 0, 60*time.Second)

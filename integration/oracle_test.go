@@ -117,6 +117,7 @@ func TestIntegrationOracleRoundRobin(t *testing.T) {
 }
 
 func TestIntegrationOracleScaleOutAndIn(t *testing.T) {
+	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true") // scale-in leaves at once
 	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, maxDuplicates: -1,
 		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
 			at(0.2)

@@ -81,8 +81,12 @@ type Config struct {
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
-	MaxTaskIdle       time.Duration
-	CommitInterval    time.Duration
+	// LeaveOnShutdown leaves the group when Run stops (scale-down);
+	// default false: a static member's tasks wait for it until the
+	// session timeout (see group.Config.LeaveOnShutdown).
+	LeaveOnShutdown bool
+	MaxTaskIdle     time.Duration
+	CommitInterval  time.Duration
 	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
 	HistoryRetention time.Duration
 
@@ -238,6 +242,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		SessionTimeout:    cfg.SessionTimeout,
 		RebalanceTimeout:  cfg.RebalanceTimeout,
 		HeartbeatInterval: cfg.HeartbeatInterval,
+		LeaveOnShutdown:   cfg.LeaveOnShutdown,
 		Handler:           n.worker,
 		Owned:             n.heldTasks,
 		Logger:            cfg.Logger,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -24,6 +25,10 @@ Reads one JSON object, for example
 (or "topics": {"market": 6, "notifications": 6} instead of "partitions"),
 and writes the sticky co-partition assignment as one JSON object:
   {"assignment":{"X":[3,4,5],"Y":[2,7,8],"Z":[0,1,6]},"moved":4}
+Optional: "standbys": K, "previous_standby": {member: [tasks]},
+"lags": {member: {"task": lag}}, "acceptable_recovery_lag": N (10000),
+"max_warmup_replicas": W (2); the output then gains "standby" (K > 0)
+and "warmup" (when there are warm-ups).
 Bad input: one line on stderr and exit status 2. See docs/planner.md.
 
 Flags:
@@ -75,15 +80,20 @@ func runAssign(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	var plan copartition.Plan
+	var explainTo io.Writer
 	if *explain {
-		plan, err = copartition.AssignExplain(partitions, req.members, req.previous, stderr)
+		explainTo = stderr
+	}
+	if opt, ok := req.options(); ok {
+		plan, err = copartition.AssignWithExplain(partitions, req.members, req.previous, opt, explainTo)
 	} else {
-		plan, err = copartition.Assign(partitions, req.members, req.previous)
+		plan, err = copartition.AssignExplain(partitions, req.members, req.previous, explainTo)
 	}
 	switch {
 	case errors.Is(err, copartition.ErrBadCount):
 		return fail(2, fmt.Errorf("field \"partitions\": %w", err))
-	case errors.Is(err, copartition.ErrDuplicateMember), errors.Is(err, copartition.ErrNegativeTask):
+	case errors.Is(err, copartition.ErrDuplicateMember), errors.Is(err, copartition.ErrNegativeTask),
+		errors.Is(err, copartition.ErrBadOption):
 		return fail(2, err)
 	case err != nil: // only writing the explanation can fail otherwise
 		return fail(1, err)
@@ -102,7 +112,27 @@ type assignRequest struct {
 	members    []string
 	previous   map[string][]int
 
-	hasPartitions, hasTopics, hasMembers bool
+	// The high-availability fields (docs/planner.md); any of them makes
+	// the plan copartition.AssignWith's.
+	standbys              int
+	previousStandby       map[string][]int
+	lags                  map[string]map[int]int64
+	acceptableRecoveryLag int64
+	maxWarmupReplicas     int
+
+	hasPartitions, hasTopics, hasMembers, hasOptions bool
+}
+
+// options returns the AssignWith options, with the defaults for the
+// fields not given, and whether any was given.
+func (r *assignRequest) options() (copartition.Options, bool) {
+	return copartition.Options{
+		Standbys:              r.standbys,
+		PreviousStandby:       r.previousStandby,
+		Lags:                  r.lags,
+		AcceptableRecoveryLag: r.acceptableRecoveryLag,
+		MaxWarmupReplicas:     r.maxWarmupReplicas,
+	}, r.hasOptions
 }
 
 // partitionCount checks that exactly one of "partitions" and "topics" was
@@ -145,8 +175,37 @@ func writePlan(w io.Writer, plan copartition.Plan) error {
 	}
 	bw.WriteString(`},"moved":`)
 	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(plan.Moved), 10))
+	if plan.Standby != nil {
+		bw.WriteString(`,"standby":`)
+		writeLists(bw, plan.Standby)
+	}
+	if plan.Warmup != nil {
+		bw.WriteString(`,"warmup":`)
+		writeLists(bw, plan.Warmup)
+	}
 	bw.WriteString("}\n")
 	return bw.Flush()
+}
+
+// writeLists writes {"member":[tasks],...}, members in bytewise order.
+func writeLists(bw *bufio.Writer, lists map[string][]int) {
+	bw.WriteByte('{')
+	for i, id := range slices.Sorted(maps.Keys(lists)) {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.Write(appendJSONString(bw.AvailableBuffer(), id))
+		bw.WriteString(":[")
+		for j, t := range lists[id] {
+			b := bw.AvailableBuffer()
+			if j > 0 {
+				b = append(b, ',')
+			}
+			bw.Write(strconv.AppendInt(b, int64(t), 10))
+		}
+		bw.WriteByte(']')
+	}
+	bw.WriteByte('}')
 }
 
 // appendJSONString appends s, valid UTF-8, as a JSON string literal.
@@ -173,9 +232,11 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // parseAssignRequest decodes the input strictly: one JSON object (RFC 8259)
-// with only the fields partitions, topics, members and previous, each at
-// most once and of the right type, and nothing but whitespace after it.
-// Duplicate keys inside "topics" and "previous" are errors too. Errors name
+// with only the fields partitions, topics, members, previous, standbys,
+// previous_standby, lags, acceptable_recovery_lag and max_warmup_replicas,
+// each at most once and of the right type, and nothing but whitespace after
+// it. Duplicate keys inside "topics", "previous", "previous_standby" and
+// "lags" are errors too. Errors name
 // the field and, for syntax errors, the byte offset.
 func parseAssignRequest(data []byte) (*assignRequest, error) {
 	d := &decoder{data: data}
@@ -190,7 +251,10 @@ func parseAssignRequest(data []byte) (*assignRequest, error) {
 		}
 		return nil, fmt.Errorf("input is not a JSON object (found %s)", kind)
 	}
-	r := &assignRequest{}
+	r := &assignRequest{
+		acceptableRecoveryLag: copartition.DefaultAcceptableRecoveryLag,
+		maxWarmupReplicas:     copartition.DefaultMaxWarmupReplicas,
+	}
 	seen := map[string]bool{}
 	err := d.object(func(key string) error {
 		if seen[key] {
@@ -225,26 +289,19 @@ func parseAssignRequest(data []byte) (*assignRequest, error) {
 				return nil
 			})
 		case "previous":
-			r.previous = map[string][]int{}
-			err = d.object(func(member string) error {
-				if _, dup := r.previous[member]; dup {
-					return fmt.Errorf("duplicate member %q", member)
-				}
-				tasks := []int{}
-				err := d.array(func(i int) error {
-					t, err := d.integer()
-					if err != nil {
-						return fmt.Errorf("element %d: %w", i, err)
-					}
-					tasks = append(tasks, t)
-					return nil
-				})
-				if err != nil {
-					return fmt.Errorf("member %q: %w", member, err)
-				}
-				r.previous[member] = tasks
-				return nil
-			})
+			r.previous, err = d.taskLists()
+		case "standbys":
+			r.standbys, err = d.integer()
+		case "previous_standby":
+			r.previousStandby, err = d.taskLists()
+		case "lags":
+			r.lags, err = d.lags()
+		case "acceptable_recovery_lag":
+			var n int
+			n, err = d.integer()
+			r.acceptableRecoveryLag = int64(n)
+		case "max_warmup_replicas":
+			r.maxWarmupReplicas, err = d.integer()
 		default:
 			return fmt.Errorf("unknown field %q", key)
 		}
@@ -254,6 +311,8 @@ func parseAssignRequest(data []byte) (*assignRequest, error) {
 		return nil
 	})
 	r.hasPartitions, r.hasTopics, r.hasMembers = seen["partitions"], seen["topics"], seen["members"]
+	r.hasOptions = seen["standbys"] || seen["previous_standby"] || seen["lags"] ||
+		seen["acceptable_recovery_lag"] || seen["max_warmup_replicas"]
 	if err != nil {
 		return nil, err
 	}
@@ -262,6 +321,84 @@ func parseAssignRequest(data []byte) (*assignRequest, error) {
 		return nil, fmt.Errorf("trailing data after the JSON object at byte %d", d.pos)
 	}
 	return r, nil
+}
+
+// taskLists reads {"member": [task, ...], ...}; a member named twice is an
+// error.
+func (d *decoder) taskLists() (map[string][]int, error) {
+	out := map[string][]int{}
+	err := d.object(func(member string) error {
+		if _, dup := out[member]; dup {
+			return fmt.Errorf("duplicate member %q", member)
+		}
+		tasks := []int{}
+		err := d.array(func(i int) error {
+			t, err := d.integer()
+			if err != nil {
+				return fmt.Errorf("element %d: %w", i, err)
+			}
+			tasks = append(tasks, t)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("member %q: %w", member, err)
+		}
+		out[member] = tasks
+		return nil
+	})
+	return out, err
+}
+
+// lags reads {"member": {"task": lag, ...}, ...}. Task keys are decimal
+// integers written as strings ("3", "-1"; not "03" or "+3"); a member or a
+// task named twice is an error.
+func (d *decoder) lags() (map[string]map[int]int64, error) {
+	out := map[string]map[int]int64{}
+	err := d.object(func(member string) error {
+		if _, dup := out[member]; dup {
+			return fmt.Errorf("duplicate member %q", member)
+		}
+		lags := map[int]int64{}
+		err := d.object(func(key string) error {
+			t, err := taskKey(key)
+			if err != nil {
+				return err
+			}
+			if _, dup := lags[t]; dup {
+				return fmt.Errorf("duplicate task %q", key)
+			}
+			lag, err := d.integer()
+			if err != nil {
+				return fmt.Errorf("task %q: %w", key, err)
+			}
+			lags[t] = int64(lag)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("member %q: %w", member, err)
+		}
+		out[member] = lags
+		return nil
+	})
+	return out, err
+}
+
+// taskKey parses an object key naming a task: an optional '-' and digits
+// without a leading zero.
+func taskKey(key string) (int, error) {
+	digits := strings.TrimPrefix(key, "-")
+	ok := digits != "" && (digits == "0" || digits[0] != '0')
+	for i := 0; ok && i < len(digits); i++ {
+		ok = '0' <= digits[i] && digits[i] <= '9'
+	}
+	if !ok {
+		return 0, fmt.Errorf("task key %q is not an integer", key)
+	}
+	t, err := strconv.Atoi(key)
+	if err != nil {
+		return 0, fmt.Errorf("task key %q out of range", key)
+	}
+	return t, nil
 }
 
 // decoder is a strict reader of the few JSON shapes the input uses. Each

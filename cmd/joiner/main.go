@@ -8,6 +8,7 @@
 //	joiner demo       embedded broker + workers + loadgen, with a report
 //	joiner assign     the co-partition planner on JSON input
 //	joiner partition  Kafka's murmur2 partition of keys
+//	joiner leave      remove a stopped static member from the group
 package main
 
 import (
@@ -29,6 +30,7 @@ func commands() map[string]command {
 		"loadgen":   {"produce ticks and notifications keyed by symbol", runLoadgen},
 		"demo":      {"run workers and the load generator on an embedded broker", runDemo},
 		"assign":    {"compute a sticky co-partition assignment from JSON", runAssign},
+		"leave":     {"remove a stopped worker from the group for good", runLeave},
 		"partition": {"print Kafka's murmur2 partition of each key", runPartition},
 	}
 }
@@ -57,7 +59,7 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: joiner <command> [flags]")
 	fmt.Fprintln(w)
-	for _, name := range []string{"demo", "run", "loadgen", "assign", "partition"} {
+	for _, name := range []string{"demo", "run", "loadgen", "assign", "partition", "leave"} {
 		fmt.Fprintf(w, "  %-10s %s\n", name, cmds[name].summary)
 	}
 	fmt.Fprintln(w)

@@ -43,6 +43,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
 	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 30*time.Second, "group rebalance timeout; also bounds a clean leave")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
+	fs.BoolVar(&cfg.LeaveOnShutdown, "leave-on-shutdown", false, "leave the group on SIGTERM so its tasks move at once (scale-down); by default a stopped worker keeps its place until the session timeout")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
 	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")

@@ -1,0 +1,50 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// ErrNoSuchInstance is returned by RemoveMember when the group has no
+// member with the instance id.
+var ErrNoSuchInstance = errors.New("no member with this instance id")
+
+// RemoveMember removes the static member instanceID from group groupID for
+// good, as KIP-345's admin removal (Kafka's
+// Admin.removeMembersFromConsumerGroup) does: a LeaveGroup that names the
+// instance id and no member id. The coordinator rebalances at once and the
+// member's tasks move to the others. Use it after stopping a worker that
+// will not come back (a scale-down without --leave-on-shutdown). The
+// error wraps ErrNoSuchInstance when the group has no such member.
+func RemoveMember(ctx context.Context, client *kafka.Client, groupID, instanceID string) error {
+	switch {
+	case groupID == "":
+		return errors.New("group: RemoveMember: no group id")
+	case instanceID == "":
+		return errors.New("group: RemoveMember: no instance id")
+	}
+	resp, err := client.LeaveGroup(ctx, &kafka.LeaveGroupRequest{
+		GroupID: groupID,
+		Members: []kafka.LeaveGroupRequestMember{{GroupInstanceID: instanceID}},
+	})
+	if err == nil {
+		err = responseError(resp.Error, resp.Throttle)
+	}
+	if err == nil {
+		for _, r := range resp.Members {
+			if r.Error != nil {
+				err = r.Error
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, kafka.UnknownMemberId):
+		return fmt.Errorf("group %q: remove instance %q: %w (%w)", groupID, instanceID, ErrNoSuchInstance, err)
+	case err != nil:
+		return fmt.Errorf("group %q: remove instance %q: %w", groupID, instanceID, err)
+	}
+	return nil
+}
