@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,9 +10,7 @@ import (
 	"github.com/joiner-dev/joiner/copartition/planjson"
 )
 
-const assignUsage = `usage: joiner assign [--file F] [--explain] < input.json
-
-Reads one JSON object, for example
+const assignAbout = `Reads one JSON object, for example
   {"partitions": 9, "members": ["X","Y","Z"], "previous": {"W":[0,1,2],"X":[3,4,5,6],"Y":[7,8]}}
 (or "topics": {"market": 6, "notifications": 6} instead of "partitions"),
 and writes the sticky co-partition assignment as one JSON object:
@@ -24,35 +21,21 @@ Optional: "standbys": K, "previous_standby": {member: [tasks]},
 and "warmup" (when there are warm-ups).
 Bad input: one line on stderr and exit status 2. See docs/planner.md.
 
-Flags:
 `
 
-// runAssign is `joiner assign`: the copartition planner on JSON input.
-// Exit status: 0 on success, 1 when the output cannot be written or stdin
-// cannot be read, 2 on a usage error or bad input (one line on stderr,
-// nothing on stdout).
+// runAssign is `joiner assign`: the copartition planner on JSON input,
+// read and written by planjson. Exit status: 0 on success, 1 when the
+// output cannot be written or stdin cannot be read, 2 on a usage error or
+// bad input (one line on stderr, nothing on stdout).
 func runAssign(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("joiner assign", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("assign", "assign [--file F] [--explain] < input.json", stdout, stderr)
+	fs.about, fs.argHint = assignAbout, " (the input is read from stdin or --file)"
 	file := fs.String("file", "", "read the JSON input from `F` instead of stdin")
 	explain := fs.Bool("explain", false, "write the planner's steps to stderr")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), assignUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	fail := func(status int, err error) int {
-		fmt.Fprintf(stderr, "joiner assign: %v\n", err)
+	if _, status, ok := fs.parse(args); !ok {
 		return status
 	}
-	if fs.NArg() > 0 {
-		return fail(2, fmt.Errorf("unexpected argument %q (the input is read from stdin or --file)", fs.Arg(0)))
-	}
+	fail := fs.fail
 
 	var data []byte
 	var err error
@@ -96,4 +79,3 @@ func runAssign(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
-
