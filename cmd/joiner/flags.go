@@ -89,9 +89,10 @@ func (f *cmdFlags) fillFromEnv() error {
 	return bad
 }
 
-// fail prints "joiner <name>: err" on stderr and returns status.
+// fail prints "joiner <name>: err" on stderr and returns status. The
+// Config fields named by library errors are named by their flags.
 func (f *cmdFlags) fail(status int, err error) int {
-	fmt.Fprintf(f.stderr, "joiner %s: %v\n", f.Name(), err)
+	fmt.Fprintf(f.stderr, "joiner %s: %s\n", f.Name(), f.message(err))
 	return status
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -88,8 +87,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	cfg.Transport = tr
 	n, err := node.New(ctx, cfg)
 	if err != nil && ctx.Err() != nil {
-		fmt.Fprintf(stderr, "joiner run: %v\n", err)
-		return 0 // stopped by a signal while starting
+		return fs.fail(0, err) // stopped by a signal while starting
 	}
 	if err != nil {
 		return fs.fail(1, err)
