@@ -7,9 +7,9 @@ import (
 	"github.com/joiner-dev/joiner/kafkasec"
 )
 
-// fieldFlags names the flags that set each Config field of node and
-// loadgen (and the Brokers argument of kafkasec), for the library errors
-// that name fields (internal/fielderr). kafkasec.FlagName names the flags of
+// fieldFlags names the flags that set each Config field of node, loadgen
+// and demo, statestore.Options.Dirs and the Brokers argument of kafkasec,
+// for the library errors that name fields (internal/fielderr). kafkasec.FlagName names the flags of
 // kafkasec.Config. A field set by several flags lists them all.
 var fieldFlags = map[string][]string{
 	"Brokers":        {"brokers"},
@@ -24,6 +24,14 @@ var fieldFlags = map[string][]string{
 	"HTTPKeyFile":    {"http-tls-key-file"},
 	"PeerCAFile":     {"http-tls-ca-file", "tls-ca-file"},
 	"RetryTimeout":   {"retry-timeout"},
+	"Dirs":           {"state-dir"},
+
+	"Workers":                {"workers"},
+	"Symbols":                {"symbols"},
+	"TicksPerSymbol":         {"ticks-per-symbol"},
+	"NotificationsPerSymbol": {"notifications-per-symbol"},
+	"Timeout":                {"timeout"},
+	"Assignor":               {"assignor"},
 }
 
 // flagsOf names field by the flags of this command that set it ("" when
