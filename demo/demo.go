@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/segmentio/kafka-go"
@@ -100,20 +101,20 @@ func (c *Config) defaults() {
 func (c Config) Validate() error {
 	switch {
 	case c.Workers < 1:
-		return fmt.Errorf("--workers must be at least 1, got %d", c.Workers)
+		return fielderr.Errorf("{Workers} must be at least 1, got %d", c.Workers)
 	case c.Partitions < 1:
-		return fmt.Errorf("--partitions must be at least 1, got %d", c.Partitions)
+		return fielderr.Errorf("{Partitions} must be at least 1, got %d", c.Partitions)
 	case c.Symbols < 1:
-		return fmt.Errorf("--symbols must be at least 1, got %d", c.Symbols)
+		return fielderr.Errorf("{Symbols} must be at least 1, got %d", c.Symbols)
 	case c.TicksPerSymbol < 0 || c.NotificationsPerSymbol < 0:
-		return fmt.Errorf("--ticks-per-symbol and --notifications-per-symbol must not be negative")
+		return fielderr.Errorf("{TicksPerSymbol} and {NotificationsPerSymbol} must not be negative")
 	case c.Timeout <= 0:
-		return fmt.Errorf("--timeout must be positive, got %s", c.Timeout)
+		return fielderr.Errorf("{Timeout} must be positive, got %s", c.Timeout)
 	}
 	switch c.Assignor {
 	case "copartition", "roundrobin", "range":
 	default:
-		return fmt.Errorf("--assignor must be copartition, roundrobin or range, got %q", c.Assignor)
+		return fielderr.Errorf("{Assignor} must be copartition, roundrobin or range, got %q", c.Assignor)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -29,7 +30,7 @@ var (
 // is Explain's for the first broker that failed.
 func (s *Security) Check(ctx context.Context, brokers []string) error {
 	if len(brokers) == 0 {
-		return errors.New("no brokers given (set --brokers)")
+		return fielderr.Errorf("no brokers given (set {Brokers})")
 	}
 	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
 	defer cancel()
@@ -83,59 +84,59 @@ func (s *Security) Explain(err error, broker string) error {
 		recordHdr  tls.RecordHeaderError
 		verifyErr  *tls.CertificateVerificationError
 		reason     string
-		checkFlags = "check --tls-ca-file and --tls-server-name"
+		checkFlags = "check {CAFile} and {ServerName}"
 	)
 	switch {
 	case errors.Is(err, ErrAuth), errors.Is(err, ErrTLS), errors.Is(err, ErrPlaintextToTLS):
 		return err
 	case errors.Is(err, kafka.SASLAuthenticationFailed):
-		return fmt.Errorf("%w at broker %s: SASL %s as user %q was rejected (%v); check --sasl-username, --sasl-mechanism and the password in --sasl-password-file or %s",
+		return fielderr.Errorf("%w at broker %s: SASL %s as user %q was rejected (%v); check {SASLUsername}, {SASLMechanism} and the password in {SASLPasswordFile} or %s",
 			ErrAuth, broker, s.mechanism, s.user, err, PasswordEnv)
 	case errors.Is(err, kafka.UnsupportedSASLMechanism):
-		return fmt.Errorf("%w at broker %s: its listener does not enable SASL %s (user %q); set --sasl-mechanism to one it enables, or use the listener meant for it",
+		return fielderr.Errorf("%w at broker %s: its listener does not enable SASL %s (user %q); set {SASLMechanism} to one it enables, or use the listener meant for it",
 			ErrAuth, broker, s.mechanism, s.user)
 	case errors.Is(err, kafka.IllegalSASLState):
 		return fmt.Errorf("%w at broker %s: the listener does not expect SASL %s (user %q) now; is it a SASL listener?", ErrAuth, broker, s.mechanism, s.user)
 	case errors.As(err, &unknownCA):
 		reason = "its certificate is signed by an unknown authority"
-		checkFlags = "give the CA that signed the broker's certificate with --tls-ca-file"
+		checkFlags = "give the CA that signed the broker's certificate with {CAFile}"
 	case errors.As(err, &hostname):
 		reason = fmt.Sprintf("its certificate is not valid for the name %q", hostname.Host)
 		if names := certNames(hostname.Certificate); names != "" {
 			reason += " (it is valid for " + names + ")"
 		}
-		checkFlags = "connect with a name the certificate holds, or set --tls-server-name to one"
+		checkFlags = "connect with a name the certificate holds, or set {ServerName} to one"
 	case errors.As(err, &invalid):
 		reason = "its certificate is invalid: " + invalid.Error()
 	case errors.As(err, &recordHdr):
-		return fmt.Errorf("%w with broker %s: it does not speak TLS on this port; drop --tls and the --tls-* flags, or give the address of its TLS listener", ErrTLS, broker)
+		return fielderr.Errorf("%w with broker %s: it does not speak TLS on this port; drop {TLS} and the other TLS settings, or give the address of its TLS listener", ErrTLS, broker)
 	case isAlert(err):
 		reason = "the broker refused the handshake (" + alertText(err) + ")"
-		checkFlags = "if the listener requires client certificates (mTLS), give --tls-cert-file and --tls-key-file with a certificate its CA signed"
+		checkFlags = "if the listener requires client certificates (mTLS), give {CertFile} and {KeyFile} with a certificate its CA signed"
 	case errors.As(err, &verifyErr):
 		reason = verifyErr.Error()
 	case isRefused(err):
-		return fmt.Errorf("cannot connect to broker %s: %w (check --brokers and that the broker is up)", broker, err)
+		return fielderr.Errorf("cannot connect to broker %s: %w (check {Brokers} and that the broker is up)", broker, err)
 	case isClosed(err):
 		if s.SASL != nil && s.saslRejected(broker) {
-			return fmt.Errorf("%w at broker %s: SASL %s as user %q was rejected (the broker closed the connection during authentication); check --sasl-username, --sasl-mechanism and the password in --sasl-password-file or %s",
+			return fielderr.Errorf("%w at broker %s: SASL %s as user %q was rejected (the broker closed the connection during authentication); check {SASLUsername}, {SASLMechanism} and the password in {SASLPasswordFile} or %s",
 				ErrAuth, broker, s.mechanism, s.user, PasswordEnv)
 		}
 		if s.TLS == nil && speaksTLS(broker) {
-			return fmt.Errorf("%w: broker %s closed the connection and answers TLS on that port; joiner connected in plaintext: add --tls (and --tls-ca-file with its CA)", ErrPlaintextToTLS, broker)
+			return fielderr.Errorf("%w: broker %s closed the connection and answers TLS on that port; joiner connected in plaintext: add {TLS} (and {CAFile} with its CA)", ErrPlaintextToTLS, broker)
 		}
-		hint := "check that --brokers names a listener for these settings"
+		hint := "check that {Brokers} names a listener for these settings"
 		switch {
 		case s.SASL == nil:
-			hint = "if the listener requires SASL, set --sasl-mechanism, --sasl-username and the password"
+			hint = "if the listener requires SASL, set {SASLMechanism}, {SASLUsername} and the password"
 		case s.TLS == nil:
-			hint = "if the listener requires TLS, add --tls"
+			hint = "if the listener requires TLS, add {TLS}"
 		}
-		return fmt.Errorf("broker %s closed the connection (%v); %s", broker, err, hint)
+		return fielderr.Errorf("broker %s closed the connection (%v); "+hint, broker, err)
 	default:
 		return fmt.Errorf("broker %s: %w", broker, err)
 	}
-	return fmt.Errorf("%w with broker %s: %s; %s", ErrTLS, broker, reason, checkFlags)
+	return fielderr.Errorf("%w with broker %s: %s; "+checkFlags, ErrTLS, broker, reason)
 }
 
 func certNames(c *x509.Certificate) string {

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
@@ -88,6 +89,25 @@ func AddFlags(fs *flag.FlagSet) *Config {
 	return c
 }
 
+// flagOf names the flag AddFlags registers for each Config field.
+var flagOf = map[string]string{
+	"TLS":                "tls",
+	"CAFile":             "tls-ca-file",
+	"CertFile":           "tls-cert-file",
+	"KeyFile":            "tls-key-file",
+	"ServerName":         "tls-server-name",
+	"InsecureSkipVerify": "tls-insecure-skip-verify",
+	"SASLMechanism":      "sasl-mechanism",
+	"SASLUsername":       "sasl-username",
+	"SASLPasswordFile":   "sasl-password-file",
+}
+
+// FlagName returns the name (without dashes) of the flag AddFlags
+// registers for the Config field, or "" when there is none. The errors of
+// this package name Config fields (see internal/fielderr); a command line
+// uses FlagName to name its flags instead.
+func FlagName(field string) string { return flagOf[field] }
+
 // TLSEnabled reports whether the connections use TLS.
 func (c *Config) TLSEnabled() bool {
 	return c.TLS || c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" || c.ServerName != "" || c.InsecureSkipVerify
@@ -97,19 +117,19 @@ func (c *Config) TLSEnabled() bool {
 // any file.
 func (c *Config) Validate() error {
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		return errors.New("--tls-cert-file and --tls-key-file go together: give both for mTLS, or neither")
+		return fielderr.Errorf("{CertFile} and {KeyFile} go together: give both for mTLS, or neither")
 	}
 	if c.SASLMechanism == "" {
 		if c.SASLUsername != "" || c.SASLPasswordFile != "" {
-			return errors.New("--sasl-username and --sasl-password-file need --sasl-mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+			return fielderr.Errorf("{SASLUsername} and {SASLPasswordFile} need {SASLMechanism} (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
 		}
 		return nil
 	}
 	if mechanism(c.SASLMechanism) == "" {
-		return fmt.Errorf("--sasl-mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", c.SASLMechanism)
+		return fielderr.Errorf("{SASLMechanism} must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", c.SASLMechanism)
 	}
 	if c.SASLUsername == "" {
-		return fmt.Errorf("--sasl-mechanism %s needs --sasl-username", mechanism(c.SASLMechanism))
+		return fielderr.Errorf("{SASLMechanism} %s needs {SASLUsername}", mechanism(c.SASLMechanism))
 	}
 	return nil
 }
@@ -148,14 +168,14 @@ func (c *Config) Build() (*Security, error) {
 		if c.CAFile != "" {
 			pool, err := LoadCAFile(c.CAFile)
 			if err != nil {
-				return nil, fmt.Errorf("--tls-ca-file: %w", err)
+				return nil, fielderr.Errorf("{CAFile}: %w", err)
 			}
 			t.RootCAs = pool
 		}
 		if c.CertFile != "" {
 			cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 			if err != nil {
-				return nil, fmt.Errorf("loading the client certificate (--tls-cert-file %s, --tls-key-file %s): %w", c.CertFile, c.KeyFile, err)
+				return nil, fielderr.Errorf("loading the client certificate ({CertFile} %s, {KeyFile} %s): %w", c.CertFile, c.KeyFile, err)
 			}
 			t.Certificates = []tls.Certificate{cert}
 			s.clientCert = true
@@ -198,7 +218,7 @@ func (c *Config) password() (string, error) {
 	if c.SASLPasswordFile != "" {
 		b, err := os.ReadFile(c.SASLPasswordFile)
 		if err != nil {
-			return "", fmt.Errorf("reading the SASL password: %w (check --sasl-password-file)", err)
+			return "", fielderr.Errorf("reading the SASL password: %w (check {SASLPasswordFile})", err)
 		}
 		p := strings.TrimRight(string(b), "\r\n")
 		if p == "" {
@@ -213,7 +233,7 @@ func (c *Config) password() (string, error) {
 	if p, ok := lookup(PasswordEnv); ok && p != "" {
 		return p, nil
 	}
-	return "", fmt.Errorf("--sasl-mechanism %s needs a password: set --sasl-password-file or %s", mechanism(c.SASLMechanism), PasswordEnv)
+	return "", fielderr.Errorf("{SASLMechanism} %s needs a password: set {SASLPasswordFile} or %s", mechanism(c.SASLMechanism), PasswordEnv)
 }
 
 // LoadCAFile reads a PEM bundle of CA certificates.

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -30,15 +32,15 @@ func TestValidate(t *testing.T) {
 		{"plaintext", kafkasec.Config{}, ""},
 		{"tls only", kafkasec.Config{TLS: true}, ""},
 		{"mtls", kafkasec.Config{CertFile: "c", KeyFile: "k"}, ""},
-		{"cert without key", kafkasec.Config{CertFile: "c"}, "--tls-key-file"},
-		{"key without cert", kafkasec.Config{KeyFile: "k"}, "--tls-cert-file"},
+		{"cert without key", kafkasec.Config{CertFile: "c"}, "KeyFile"},
+		{"key without cert", kafkasec.Config{KeyFile: "k"}, "CertFile"},
 		{"scram", kafkasec.Config{SASLMechanism: "SCRAM-SHA-512", SASLUsername: "u"}, ""},
 		{"lower-case mechanism", kafkasec.Config{SASLMechanism: "scram-sha-256", SASLUsername: "u"}, ""},
 		{"plain", kafkasec.Config{SASLMechanism: "PLAIN", SASLUsername: "u"}, ""},
 		{"unknown mechanism", kafkasec.Config{SASLMechanism: "GSSAPI", SASLUsername: "u"}, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
-		{"no user", kafkasec.Config{SASLMechanism: "PLAIN"}, "--sasl-username"},
-		{"user without mechanism", kafkasec.Config{SASLUsername: "u"}, "--sasl-mechanism"},
-		{"password file without mechanism", kafkasec.Config{SASLPasswordFile: "f"}, "--sasl-mechanism"},
+		{"no user", kafkasec.Config{SASLMechanism: "PLAIN"}, "SASLUsername"},
+		{"user without mechanism", kafkasec.Config{SASLUsername: "u"}, "SASLMechanism"},
+		{"password file without mechanism", kafkasec.Config{SASLPasswordFile: "f"}, "SASLMechanism"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -87,7 +89,7 @@ func TestPasswordSources(t *testing.T) {
 		{"env", "", env, "from-env", ""},
 		{"neither", "", noEnv, "", "JOINER_SASL_PASSWORD"},
 		{"empty file", empty, env, "", "is empty"},
-		{"missing file", filepath.Join(dir, "nope"), env, "", "--sasl-password-file"},
+		{"missing file", filepath.Join(dir, "nope"), env, "", "SASLPasswordFile"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base
@@ -131,7 +133,7 @@ func TestBuildTLSFiles(t *testing.T) {
 	if _, err := (&kafkasec.Config{CAFile: notPEM}).Build(); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("CA file without PEM: %v", err)
 	}
-	if _, err := (&kafkasec.Config{CertFile: certFile, KeyFile: ca.File}).Build(); err == nil || !strings.Contains(err.Error(), "--tls-key-file") || strings.Contains(err.Error(), "%!") {
+	if _, err := (&kafkasec.Config{CertFile: certFile, KeyFile: ca.File}).Build(); err == nil || !strings.Contains(err.Error(), "KeyFile") || strings.Contains(err.Error(), "%!") {
 		t.Errorf("mismatched key: %v", err)
 	}
 	plain, err := (&kafkasec.Config{}).Build()
@@ -186,13 +188,13 @@ func TestConnectErrors(t *testing.T) {
 		{name: "wrong user", mod: func(c *kafkasec.Config) { c.SASLUsername = "mallory" },
 			is: kafkasec.ErrAuth, want: []string{"SCRAM-SHA-512", `user "mallory"`}},
 		{name: "wrong CA", mod: func(c *kafkasec.Config) { c.CAFile = b.WrongCA.File },
-			is: kafkasec.ErrTLS, want: []string{b.Addr, "unknown authority", "--tls-ca-file"}},
+			is: kafkasec.ErrTLS, want: []string{b.Addr, "unknown authority", "CAFile"}},
 		{name: "system roots", mod: func(c *kafkasec.Config) { c.CAFile, c.TLS = "", true },
 			is: kafkasec.ErrTLS, want: []string{b.Addr, "unknown authority"}},
 		{name: "name mismatch", mod: func(c *kafkasec.Config) { c.ServerName = "kafka.example.com" },
-			is: kafkasec.ErrTLS, want: []string{b.Addr, `not valid for the name "kafka.example.com"`, "127.0.0.1", "--tls-server-name"}},
+			is: kafkasec.ErrTLS, want: []string{b.Addr, `not valid for the name "kafka.example.com"`, "127.0.0.1", "ServerName"}},
 		{name: "plaintext client", mod: func(c *kafkasec.Config) { *c = kafkasec.Config{} },
-			is: kafkasec.ErrPlaintextToTLS, want: []string{b.Addr, "plaintext", "--tls"}},
+			is: kafkasec.ErrPlaintextToTLS, want: []string{b.Addr, "plaintext", "add TLS"}},
 		{name: "insecure skip verify", mod: func(c *kafkasec.Config) { c.CAFile, c.InsecureSkipVerify = "", true },
 			logged: "--tls-insecure-skip-verify"},
 	} {
@@ -232,7 +234,7 @@ func TestConnectErrors(t *testing.T) {
 
 func TestConnectRefusedNamesBroker(t *testing.T) {
 	_, err, _ := connect(t, kafkasec.Config{}, "127.0.0.1:1")
-	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "--brokers") {
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "check Brokers") {
 		t.Errorf("Connect to a closed port = %v", err)
 	}
 }
@@ -258,5 +260,30 @@ func TestExplainUnknownErrorsKeepBrokerAndCause(t *testing.T) {
 	var u x509.UnknownAuthorityError
 	if !strings.Contains(s.Explain(u, "b:1").Error(), "unknown authority") {
 		t.Error("unknown authority not recognised")
+	}
+}
+
+// FlagName names, for every Config field a user sets, the flag AddFlags
+// registers for it.
+func TestFlagName(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	kafkasec.AddFlags(fs)
+	registered := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { registered[f.Name] = true })
+	named := map[string]bool{}
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[kafkasec.Config]()) {
+		if f.Name == "LookupEnv" {
+			continue
+		}
+		name := kafkasec.FlagName(f.Name)
+		if !registered[name] {
+			t.Errorf("FlagName(%q) = %q, which AddFlags does not register", f.Name, name)
+		}
+		named[name] = true
+	}
+	for name := range registered {
+		if !named[name] {
+			t.Errorf("flag --%s is the FlagName of no Config field", name)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/joiner-dev/joiner/internal/fielderr"
 )
 
 // DefaultRetryTimeout is how long a run keeps retrying failed writes.
@@ -38,7 +40,7 @@ func (p *producer) write(ctx context.Context, msgs []kafka.Message) error {
 			failingSince = time.Now() // progress (or the first failure) restarts the clock
 		}
 		if time.Since(failingSince) >= p.retryTimeout {
-			return fmt.Errorf("gave up on %d records after writes failed for %s (--retry-timeout): %s",
+			return fielderr.Errorf("gave up on %d records after writes failed for %s ({RetryTimeout}): %s",
 				len(failed), p.retryTimeout, summarize(errs))
 		}
 		p.retried += len(failed)

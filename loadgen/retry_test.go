@@ -118,7 +118,7 @@ func TestRunGivesUpWithOneConciseError(t *testing.T) {
 	if n := strings.Count(msg, "Request Timed Out"); n != 1 {
 		t.Errorf("the error names the same cause %d times, want once: %s", n, msg)
 	}
-	if !strings.Contains(msg, "× ") || !strings.Contains(msg, "--retry-timeout") {
+	if !strings.Contains(msg, "× ") || !strings.Contains(msg, "RetryTimeout") {
 		t.Errorf("error %q lacks a count or the flag to raise", msg)
 	}
 	if len(msg) > 600 {

@@ -6,7 +6,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/statestore"
@@ -136,10 +136,10 @@ type Node struct {
 // co-partitioned. Call Run, or Close when not running it.
 func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("no brokers given (set --brokers or JOINER_BROKERS)")
+		return nil, fielderr.Errorf("no brokers given (set {Brokers})")
 	}
 	if len(cfg.StateDirs) == 0 {
-		return nil, errors.New("no state dir given (set --state-dir or JOINER_STATE_DIR)")
+		return nil, fielderr.Errorf("no state dir given (set {StateDirs})")
 	}
 	if cfg.Group == "" {
 		cfg.Group = "joiner"
@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.InstanceID == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
-			return nil, fmt.Errorf("no instance id given and the hostname is unknown (%v): set --instance-id or JOINER_INSTANCE_ID", err)
+			return nil, fielderr.Errorf("no instance id given and the hostname is unknown (%v): set {InstanceID}", err)
 		}
 		cfg.InstanceID = h
 	}
@@ -189,7 +189,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.listener == nil { // bootstrap opens it when it has to wait
 		n.listener, err = net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
-			return nil, fmt.Errorf("listening on %s: %w (set --http-addr)", cfg.HTTPAddr, err)
+			return nil, fielderr.Errorf("listening on %s: %w (set {HTTPAddr})", cfg.HTTPAddr, err)
 		}
 	}
 	n.addr = cfg.AdvertiseAddr

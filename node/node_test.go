@@ -46,8 +46,8 @@ func TestMissingTopicsNeedCreateTopics(t *testing.T) {
 	client := startBroker(t)
 	ctx := context.Background()
 	_, err := CheckCopartitioned(ctx, client, Topics{})
-	if err == nil || !strings.Contains(err.Error(), "--create-topics") {
-		t.Fatalf("CheckCopartitioned on missing topics = %v, want advice to use --create-topics", err)
+	if err == nil || !strings.Contains(err.Error(), "start with CreateTopics") {
+		t.Fatalf("CheckCopartitioned on missing topics = %v, want advice to set CreateTopics", err)
 	}
 	if err := EnsureTopics(ctx, client, Topics{}, 4, 1); err != nil {
 		t.Fatal(err)

@@ -4,13 +4,13 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,7 +42,7 @@ func newPeerAuth(cfg Config, reg prometheus.Registerer) (*peerAuth, error) {
 	if cfg.PeerTokenFile != "" {
 		b, err := os.ReadFile(cfg.PeerTokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("reading the peer token: %w (check --peer-token-file)", err)
+			return nil, fielderr.Errorf("reading the peer token: %w (check {PeerTokenFile})", err)
 		}
 		p.raw = strings.TrimRight(string(b), "\r\n")
 		if p.raw == "" {
@@ -55,19 +55,19 @@ func newPeerAuth(cfg Config, reg prometheus.Registerer) (*peerAuth, error) {
 		p.token = &sum
 	}
 	if (cfg.HTTPCertFile == "") != (cfg.HTTPKeyFile == "") {
-		return nil, errors.New("--http-tls-cert-file and --http-tls-key-file go together: give both, or neither")
+		return nil, fielderr.Errorf("{HTTPCertFile} and {HTTPKeyFile} go together: give both, or neither")
 	}
 	if cfg.HTTPCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.HTTPCertFile, cfg.HTTPKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("loading the HTTP certificate (--http-tls-cert-file %s, --http-tls-key-file %s): %w", cfg.HTTPCertFile, cfg.HTTPKeyFile, err)
+			return nil, fielderr.Errorf("loading the HTTP certificate ({HTTPCertFile} %s, {HTTPKeyFile} %s): %w", cfg.HTTPCertFile, cfg.HTTPKeyFile, err)
 		}
 		p.serverTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 		p.clientTLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if cfg.PeerCAFile != "" {
 			pool, err := kafkasec.LoadCAFile(cfg.PeerCAFile)
 			if err != nil {
-				return nil, fmt.Errorf("the CA of the peers' HTTP certificates (--http-tls-ca-file or --tls-ca-file): %w", err)
+				return nil, fielderr.Errorf("the CA of the peers' HTTP certificates ({PeerCAFile}): %w", err)
 			}
 			p.clientTLS.RootCAs = pool
 		}

@@ -100,11 +100,11 @@ func TestPeerAuthConfigErrors(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{PeerTokenFile: filepath.Join(dir, "nope")}, "--peer-token-file"},
+		{Config{PeerTokenFile: filepath.Join(dir, "nope")}, "PeerTokenFile"},
 		{Config{PeerTokenFile: empty}, "is empty"},
 		{Config{PeerTokenFile: spaced}, "whitespace"},
-		{Config{HTTPCertFile: "c.pem"}, "--http-tls-key-file"},
-		{Config{HTTPCertFile: filepath.Join(dir, "c"), HTTPKeyFile: filepath.Join(dir, "k")}, "--http-tls-cert-file"},
+		{Config{HTTPCertFile: "c.pem"}, "HTTPKeyFile"},
+		{Config{HTTPCertFile: filepath.Join(dir, "c"), HTTPKeyFile: filepath.Join(dir, "k")}, "HTTPCertFile"},
 	} {
 		_, err := newPeerAuth(tc.cfg, prometheus.NewRegistry())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/joiner-dev/joiner/internal/fielderr"
 )
 
 // DefaultStartupTimeout bounds how long New waits for Kafka at start.
@@ -60,7 +62,7 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 		}
 		elapsed := time.Since(start)
 		if elapsed >= timeout {
-			return 0, fmt.Errorf("Kafka at %v did not answer within --startup-timeout %s (%d attempts): %w; check --brokers and the network, or raise --startup-timeout",
+			return 0, fielderr.Errorf("Kafka at %v did not answer within {StartupTimeout} %s (%d attempts): %w; check {Brokers} and the network, or raise {StartupTimeout}",
 				n.cfg.Brokers, timeout, attempt+1, err)
 		}
 		if waiting == nil {
@@ -130,7 +132,7 @@ func (n *Node) serveWaiting() (*waitServer, error) {
 	if n.listener == nil {
 		l, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
-			return nil, fmt.Errorf("listening on %s: %w (set --http-addr)", n.cfg.HTTPAddr, err)
+			return nil, fielderr.Errorf("listening on %s: %w (set {HTTPAddr})", n.cfg.HTTPAddr, err)
 		}
 		n.listener = l
 	}

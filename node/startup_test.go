@@ -137,8 +137,8 @@ func TestStartupTimeout(t *testing.T) {
 		StartupTimeout: 1500 * time.Millisecond,
 		Logger:         slog.New(slog.DiscardHandler),
 	})
-	if err == nil || !strings.Contains(err.Error(), "--startup-timeout") {
-		t.Fatalf("err = %v, want a startup timeout naming --startup-timeout", err)
+	if err == nil || !strings.Contains(err.Error(), "StartupTimeout") {
+		t.Fatalf("err = %v, want a startup timeout naming StartupTimeout", err)
 	}
 	if d := time.Since(start); d < 1500*time.Millisecond || d > 10*time.Second {
 		t.Errorf("gave up after %s, want about 1.5s", d)

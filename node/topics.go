@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -43,7 +44,7 @@ func (t Topics) all() []string { return []string{t.Market, t.Notifications, t.Al
 func PartitionCounts(ctx context.Context, c *kafka.Client, topics []string) (map[string]int, error) {
 	res, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
 	if err != nil {
-		return nil, fmt.Errorf("reading metadata of %s: %w (check --brokers)", strings.Join(topics, ", "), err)
+		return nil, fielderr.Errorf("reading metadata of %s: %w (check {Brokers})", strings.Join(topics, ", "), err)
 	}
 	out := map[string]int{}
 	for _, t := range res.Topics {
@@ -85,7 +86,7 @@ func ensureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, re
 		n, existing = v, t.Notifications
 	}
 	if n < 1 {
-		return fmt.Errorf("cannot create topics with %d partitions; give --partitions 1 or more", n)
+		return fielderr.Errorf("cannot create topics with %d partitions; give {Partitions} 1 or more", n)
 	}
 	_, hasM := counts[t.Market]
 	_, hasN := counts[t.Notifications]
@@ -95,7 +96,7 @@ func ensureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, re
 			missing = t.Market
 		}
 		if explicit {
-			return fmt.Errorf("%w: --partitions is %d but %s already has %d partitions, so %s must have %d too; give --partitions %d or leave it out",
+			return fielderr.Errorf("%w: {Partitions} is %d but %s already has %d partitions, so %s must have %d too; give {Partitions} %d or leave it out",
 				ErrPartitionsConflict, partitions, existing, n, missing, n, n)
 		}
 		log.Warn("creating a topic with the partition count of its existing pair, not --partitions",
@@ -132,7 +133,7 @@ func CheckCopartitioned(ctx context.Context, c *kafka.Client, t Topics) (int, er
 	}
 	for _, name := range []string{t.Market, t.Notifications} {
 		if _, ok := counts[name]; !ok {
-			return 0, fmt.Errorf("topic %s does not exist; create it with as many partitions as the other, or start with --create-topics", name)
+			return 0, fielderr.Errorf("topic %s does not exist; create it with as many partitions as the other, or start with {CreateTopics}", name)
 		}
 	}
 	n, err := copartition.Partitions(counts)

@@ -38,7 +38,7 @@ func TestCreateTopicsPairedCountDiffers(t *testing.T) {
 				if !errors.Is(err, ErrPartitionsConflict) {
 					t.Fatalf("err = %v, want ErrPartitionsConflict", err)
 				}
-				for _, want := range []string{"--partitions is 8", tc.existing + " already has 6"} {
+				for _, want := range []string{"Partitions is 8", tc.existing + " already has 6"} {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("error %q does not say %q", err, want)
 					}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/joiner-dev/joiner/internal/fielderr"
 )
 
 // The lock of one group in one state dir is <dir>/<group>.lock, beside the
@@ -66,7 +67,7 @@ func lockDir(gdir, instance string) (*dirLock, error) {
 		holder, _ := os.ReadFile(p)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("statestore: %w: %s is locked by %s; give each worker its own --state-dir (or stop the other one)",
+			return nil, fielderr.Errorf("statestore: %w: %s is locked by %s; give each worker its own {Dirs} (or stop the other one)",
 				ErrLocked, gdir, describeHolder(holder))
 		}
 		return nil, fmt.Errorf("statestore: lock %s: %w", p, err)

@@ -1,26 +1,16 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/joiner-dev/joiner/copartition/planjson"
 )
 
-const assignUsage = `usage: joiner assign [--file F] [--explain] < input.json
-
-Reads one JSON object, for example
+const assignAbout = `Reads one JSON object, for example
   {"partitions": 9, "members": ["X","Y","Z"], "previous": {"W":[0,1,2],"X":[3,4,5,6],"Y":[7,8]}}
 (or "topics": {"market": 6, "notifications": 6} instead of "partitions"),
 and writes the sticky co-partition assignment as one JSON object:
@@ -31,35 +21,21 @@ Optional: "standbys": K, "previous_standby": {member: [tasks]},
 and "warmup" (when there are warm-ups).
 Bad input: one line on stderr and exit status 2. See docs/planner.md.
 
-Flags:
 `
 
-// runAssign is `joiner assign`: the copartition planner on JSON input.
-// Exit status: 0 on success, 1 when the output cannot be written or stdin
-// cannot be read, 2 on a usage error or bad input (one line on stderr,
-// nothing on stdout).
+// runAssign is `joiner assign`: the copartition planner on JSON input,
+// read and written by planjson. Exit status: 0 on success, 1 when the
+// output cannot be written or stdin cannot be read, 2 on a usage error or
+// bad input (one line on stderr, nothing on stdout).
 func runAssign(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("joiner assign", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("assign", "assign [--file F] [--explain] < input.json", stdout, stderr)
+	fs.about, fs.argHint = assignAbout, " (the input is read from stdin or --file)"
 	file := fs.String("file", "", "read the JSON input from `F` instead of stdin")
 	explain := fs.Bool("explain", false, "write the planner's steps to stderr")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), assignUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	fail := func(status int, err error) int {
-		fmt.Fprintf(stderr, "joiner assign: %v\n", err)
+	if _, status, ok := fs.parse(args); !ok {
 		return status
 	}
-	if fs.NArg() > 0 {
-		return fail(2, fmt.Errorf("unexpected argument %q (the input is read from stdin or --file)", fs.Arg(0)))
-	}
+	fail := fs.fail
 
 	var data []byte
 	var err error
@@ -70,11 +46,11 @@ func runAssign(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	} else if data, err = io.ReadAll(stdin); err != nil {
 		return fail(1, fmt.Errorf("reading stdin: %w", err))
 	}
-	req, err := parseAssignRequest(data)
+	req, err := planjson.Decode(data)
 	if err != nil {
 		return fail(2, err)
 	}
-	partitions, err := req.partitionCount()
+	partitions, err := req.PartitionCount()
 	if err != nil {
 		return fail(2, err)
 	}
@@ -84,10 +60,10 @@ func runAssign(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if *explain {
 		explainTo = stderr
 	}
-	if opt, ok := req.options(); ok {
-		plan, err = copartition.AssignWithExplain(partitions, req.members, req.previous, opt, explainTo)
+	if opt, ok := req.Options(); ok {
+		plan, err = copartition.AssignWithExplain(partitions, req.Members, req.Previous, opt, explainTo)
 	} else {
-		plan, err = copartition.AssignExplain(partitions, req.members, req.previous, explainTo)
+		plan, err = copartition.AssignExplain(partitions, req.Members, req.Previous, explainTo)
 	}
 	switch {
 	case errors.Is(err, copartition.ErrBadCount):
@@ -98,596 +74,8 @@ func runAssign(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case err != nil: // only writing the explanation can fail otherwise
 		return fail(1, err)
 	}
-	if err := writePlan(stdout, plan); err != nil {
+	if err := planjson.WritePlan(stdout, plan); err != nil {
 		return fail(1, fmt.Errorf("writing output: %w", err))
 	}
 	return 0
-}
-
-// assignRequest is the decoded input object. The has* fields tell a field
-// that was given from one that was absent.
-type assignRequest struct {
-	partitions int
-	topics     map[string]int
-	members    []string
-	previous   map[string][]int
-
-	// The high-availability fields (docs/planner.md); any of them makes
-	// the plan copartition.AssignWith's.
-	standbys              int
-	previousStandby       map[string][]int
-	lags                  map[string]map[int]int64
-	acceptableRecoveryLag int64
-	maxWarmupReplicas     int
-
-	hasPartitions, hasTopics, hasMembers, hasOptions bool
-}
-
-// options returns the AssignWith options, with the defaults for the
-// fields not given, and whether any was given.
-func (r *assignRequest) options() (copartition.Options, bool) {
-	return copartition.Options{
-		Standbys:              r.standbys,
-		PreviousStandby:       r.previousStandby,
-		Lags:                  r.lags,
-		AcceptableRecoveryLag: r.acceptableRecoveryLag,
-		MaxWarmupReplicas:     r.maxWarmupReplicas,
-	}, r.hasOptions
-}
-
-// partitionCount checks that exactly one of "partitions" and "topics" was
-// given and that "members" was, and returns the number of tasks, validating
-// the topics with copartition.Partitions.
-func (r *assignRequest) partitionCount() (int, error) {
-	switch {
-	case r.hasPartitions && r.hasTopics:
-		return 0, errors.New(`fields "partitions" and "topics" are mutually exclusive; give one`)
-	case !r.hasPartitions && !r.hasTopics:
-		return 0, errors.New(`missing field "partitions" (or "topics")`)
-	case !r.hasMembers:
-		return 0, errors.New(`missing field "members"`)
-	case r.hasTopics:
-		return copartition.Partitions(r.topics)
-	}
-	return r.partitions, nil
-}
-
-// writePlan writes {"assignment":{...},"moved":N} and a newline, members in
-// bytewise order. It is hand-rolled because encoding/json is several times
-// slower on a million tasks.
-func writePlan(w io.Writer, plan copartition.Plan) error {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	bw.WriteString(`{"assignment":{`)
-	for i, id := range slices.Sorted(maps.Keys(plan.Assignment)) {
-		if i > 0 {
-			bw.WriteByte(',')
-		}
-		bw.Write(appendJSONString(bw.AvailableBuffer(), id))
-		bw.WriteString(":[")
-		for j, t := range plan.Assignment[id] {
-			b := bw.AvailableBuffer()
-			if j > 0 {
-				b = append(b, ',')
-			}
-			bw.Write(strconv.AppendInt(b, int64(t), 10))
-		}
-		bw.WriteByte(']')
-	}
-	bw.WriteString(`},"moved":`)
-	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(plan.Moved), 10))
-	if plan.Standby != nil {
-		bw.WriteString(`,"standby":`)
-		writeLists(bw, plan.Standby)
-	}
-	if plan.Warmup != nil {
-		bw.WriteString(`,"warmup":`)
-		writeLists(bw, plan.Warmup)
-	}
-	bw.WriteString("}\n")
-	return bw.Flush()
-}
-
-// writeLists writes {"member":[tasks],...}, members in bytewise order.
-func writeLists(bw *bufio.Writer, lists map[string][]int) {
-	bw.WriteByte('{')
-	for i, id := range slices.Sorted(maps.Keys(lists)) {
-		if i > 0 {
-			bw.WriteByte(',')
-		}
-		bw.Write(appendJSONString(bw.AvailableBuffer(), id))
-		bw.WriteString(":[")
-		for j, t := range lists[id] {
-			b := bw.AvailableBuffer()
-			if j > 0 {
-				b = append(b, ',')
-			}
-			bw.Write(strconv.AppendInt(b, int64(t), 10))
-		}
-		bw.WriteByte(']')
-	}
-	bw.WriteByte('}')
-}
-
-// appendJSONString appends s, valid UTF-8, as a JSON string literal.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, `\n`...)
-		case c == '\r':
-			b = append(b, `\r`...)
-		case c == '\t':
-			b = append(b, `\t`...)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
-// parseAssignRequest decodes the input strictly: one JSON object (RFC 8259)
-// with only the fields partitions, topics, members, previous, standbys,
-// previous_standby, lags, acceptable_recovery_lag and max_warmup_replicas,
-// each at most once and of the right type, and nothing but whitespace after
-// it. Duplicate keys inside "topics", "previous", "previous_standby" and
-// "lags" are errors too. Errors name
-// the field and, for syntax errors, the byte offset.
-func parseAssignRequest(data []byte) (*assignRequest, error) {
-	d := &decoder{data: data}
-	d.skipSpace()
-	if d.pos == len(d.data) {
-		return nil, errors.New("malformed JSON: empty input")
-	}
-	if d.data[d.pos] != '{' {
-		kind, err := d.kind()
-		if err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("input is not a JSON object (found %s)", kind)
-	}
-	r := &assignRequest{
-		acceptableRecoveryLag: copartition.DefaultAcceptableRecoveryLag,
-		maxWarmupReplicas:     copartition.DefaultMaxWarmupReplicas,
-	}
-	seen := map[string]bool{}
-	err := d.object(func(key string) error {
-		if seen[key] {
-			return fmt.Errorf("duplicate field %q", key)
-		}
-		seen[key] = true
-		var err error
-		switch key {
-		case "partitions":
-			r.partitions, err = d.integer()
-		case "topics":
-			r.topics = map[string]int{}
-			err = d.object(func(topic string) error {
-				if _, dup := r.topics[topic]; dup {
-					return fmt.Errorf("duplicate topic %q", topic)
-				}
-				n, err := d.integer()
-				if err != nil {
-					return fmt.Errorf("topic %q: %w", topic, err)
-				}
-				r.topics[topic] = n
-				return nil
-			})
-		case "members":
-			r.members = []string{}
-			err = d.array(func(i int) error {
-				s, err := d.str()
-				if err != nil {
-					return fmt.Errorf("element %d: %w", i, err)
-				}
-				r.members = append(r.members, s)
-				return nil
-			})
-		case "previous":
-			r.previous, err = d.taskLists()
-		case "standbys":
-			r.standbys, err = d.integer()
-		case "previous_standby":
-			r.previousStandby, err = d.taskLists()
-		case "lags":
-			r.lags, err = d.lags()
-		case "acceptable_recovery_lag":
-			var n int
-			n, err = d.integer()
-			r.acceptableRecoveryLag = int64(n)
-		case "max_warmup_replicas":
-			r.maxWarmupReplicas, err = d.integer()
-		default:
-			return fmt.Errorf("unknown field %q", key)
-		}
-		if err != nil {
-			return fmt.Errorf("field %q: %w", key, err)
-		}
-		return nil
-	})
-	r.hasPartitions, r.hasTopics, r.hasMembers = seen["partitions"], seen["topics"], seen["members"]
-	r.hasOptions = seen["standbys"] || seen["previous_standby"] || seen["lags"] ||
-		seen["acceptable_recovery_lag"] || seen["max_warmup_replicas"]
-	if err != nil {
-		return nil, err
-	}
-	d.skipSpace()
-	if d.pos < len(d.data) {
-		return nil, fmt.Errorf("trailing data after the JSON object at byte %d", d.pos)
-	}
-	return r, nil
-}
-
-// taskLists reads {"member": [task, ...], ...}; a member named twice is an
-// error.
-func (d *decoder) taskLists() (map[string][]int, error) {
-	out := map[string][]int{}
-	err := d.object(func(member string) error {
-		if _, dup := out[member]; dup {
-			return fmt.Errorf("duplicate member %q", member)
-		}
-		tasks := []int{}
-		err := d.array(func(i int) error {
-			t, err := d.integer()
-			if err != nil {
-				return fmt.Errorf("element %d: %w", i, err)
-			}
-			tasks = append(tasks, t)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("member %q: %w", member, err)
-		}
-		out[member] = tasks
-		return nil
-	})
-	return out, err
-}
-
-// lags reads {"member": {"task": lag, ...}, ...}. Task keys are decimal
-// integers written as strings ("3", "-1"; not "03" or "+3"); a member or a
-// task named twice is an error.
-func (d *decoder) lags() (map[string]map[int]int64, error) {
-	out := map[string]map[int]int64{}
-	err := d.object(func(member string) error {
-		if _, dup := out[member]; dup {
-			return fmt.Errorf("duplicate member %q", member)
-		}
-		lags := map[int]int64{}
-		err := d.object(func(key string) error {
-			t, err := taskKey(key)
-			if err != nil {
-				return err
-			}
-			if _, dup := lags[t]; dup {
-				return fmt.Errorf("duplicate task %q", key)
-			}
-			lag, err := d.integer()
-			if err != nil {
-				return fmt.Errorf("task %q: %w", key, err)
-			}
-			lags[t] = int64(lag)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("member %q: %w", member, err)
-		}
-		out[member] = lags
-		return nil
-	})
-	return out, err
-}
-
-// taskKey parses an object key naming a task: an optional '-' and digits
-// without a leading zero.
-func taskKey(key string) (int, error) {
-	digits := strings.TrimPrefix(key, "-")
-	ok := digits != "" && (digits == "0" || digits[0] != '0')
-	for i := 0; ok && i < len(digits); i++ {
-		ok = '0' <= digits[i] && digits[i] <= '9'
-	}
-	if !ok {
-		return 0, fmt.Errorf("task key %q is not an integer", key)
-	}
-	t, err := strconv.Atoi(key)
-	if err != nil {
-		return 0, fmt.Errorf("task key %q out of range", key)
-	}
-	return t, nil
-}
-
-// decoder is a strict reader of the few JSON shapes the input uses. Each
-// method starts at a value (skipping whitespace before it) and leaves pos
-// just after it.
-type decoder struct {
-	data []byte
-	pos  int
-}
-
-func (d *decoder) skipSpace() {
-	for d.pos < len(d.data) {
-		switch d.data[d.pos] {
-		case ' ', '\t', '\n', '\r':
-			d.pos++
-		default:
-			return
-		}
-	}
-}
-
-func (d *decoder) syntaxError(what string) error {
-	if d.pos >= len(d.data) {
-		return fmt.Errorf("malformed JSON: unexpected end of input, expected %s", what)
-	}
-	return fmt.Errorf("malformed JSON at byte %d: expected %s, found %q", d.pos, what, d.data[d.pos])
-}
-
-// kind names the JSON value starting at pos, for type errors; a byte that
-// starts no value is a syntax error.
-func (d *decoder) kind() (string, error) {
-	if d.pos < len(d.data) {
-		switch c := d.data[d.pos]; {
-		case c == '{':
-			return "an object", nil
-		case c == '[':
-			return "an array", nil
-		case c == '"':
-			return "a string", nil
-		case bytes.HasPrefix(d.data[d.pos:], []byte("true")), bytes.HasPrefix(d.data[d.pos:], []byte("false")):
-			return "a boolean", nil
-		case bytes.HasPrefix(d.data[d.pos:], []byte("null")):
-			return "null", nil
-		case c == '-' || '0' <= c && c <= '9':
-			return "a number", nil
-		}
-	}
-	return "", d.syntaxError("a JSON value")
-}
-
-// expect reports a type error (want, found the kind at pos) or, when pos
-// does not start a value, a syntax error.
-func (d *decoder) expect(want string) error {
-	kind, err := d.kind()
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("expected %s, found %s", want, kind)
-}
-
-// object reads {"key": value, ...}, calling field at each value.
-func (d *decoder) object(field func(key string) error) error {
-	d.skipSpace()
-	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
-		return d.expect("an object")
-	}
-	d.pos++
-	d.skipSpace()
-	if d.pos < len(d.data) && d.data[d.pos] == '}' {
-		d.pos++
-		return nil
-	}
-	for {
-		d.skipSpace()
-		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-			return d.syntaxError("a string key")
-		}
-		key, err := d.str()
-		if err != nil {
-			return err
-		}
-		d.skipSpace()
-		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
-			return d.syntaxError("':' after an object key")
-		}
-		d.pos++
-		if err := field(key); err != nil {
-			return err
-		}
-		if done, err := d.next('}'); done || err != nil {
-			return err
-		}
-	}
-}
-
-// array reads [value, ...], calling elem at each value.
-func (d *decoder) array(elem func(i int) error) error {
-	d.skipSpace()
-	if d.pos >= len(d.data) || d.data[d.pos] != '[' {
-		return d.expect("an array")
-	}
-	d.pos++
-	d.skipSpace()
-	if d.pos < len(d.data) && d.data[d.pos] == ']' {
-		d.pos++
-		return nil
-	}
-	for i := 0; ; i++ {
-		if err := elem(i); err != nil {
-			return err
-		}
-		if done, err := d.next(']'); done || err != nil {
-			return err
-		}
-	}
-}
-
-// next consumes the ',' between two elements (done false) or the closing
-// byte (done true).
-func (d *decoder) next(closing byte) (done bool, err error) {
-	d.skipSpace()
-	if d.pos < len(d.data) {
-		switch d.data[d.pos] {
-		case ',':
-			d.pos++
-			return false, nil
-		case closing:
-			d.pos++
-			return true, nil
-		}
-	}
-	return false, d.syntaxError(fmt.Sprintf("',' or '%c'", closing))
-}
-
-// integer reads a JSON number that is an integer literal (no fraction, no
-// exponent) within the range of int.
-func (d *decoder) integer() (int, error) {
-	d.skipSpace()
-	start := d.pos
-	if d.pos < len(d.data) && d.data[d.pos] == '-' {
-		d.pos++
-	}
-	digits := d.pos
-	for d.pos < len(d.data) && '0' <= d.data[d.pos] && d.data[d.pos] <= '9' {
-		d.pos++
-	}
-	switch {
-	case d.pos == start:
-		return 0, d.expect("an integer")
-	case d.pos == digits:
-		return 0, d.syntaxError("a digit")
-	case d.data[digits] == '0' && d.pos-digits > 1:
-		return 0, fmt.Errorf("malformed JSON at byte %d: number with a leading zero", digits)
-	}
-	integral := d.pos
-	if d.pos < len(d.data) && d.data[d.pos] == '.' {
-		d.pos++
-		if !d.digits() {
-			return 0, d.syntaxError("a digit")
-		}
-	}
-	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
-		d.pos++
-		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
-			d.pos++
-		}
-		if !d.digits() {
-			return 0, d.syntaxError("a digit")
-		}
-	}
-	lit := d.data[start:d.pos]
-	if d.pos != integral {
-		return 0, fmt.Errorf("expected an integer, found %s", lit)
-	}
-	n, err := strconv.Atoi(string(lit))
-	if err != nil {
-		return 0, fmt.Errorf("integer %s out of range", lit)
-	}
-	return n, nil
-}
-
-func (d *decoder) digits() bool {
-	start := d.pos
-	for d.pos < len(d.data) && '0' <= d.data[d.pos] && d.data[d.pos] <= '9' {
-		d.pos++
-	}
-	return d.pos > start
-}
-
-// str reads a JSON string, which must be valid UTF-8.
-func (d *decoder) str() (string, error) {
-	d.skipSpace()
-	if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-		return "", d.expect("a string")
-	}
-	d.pos++
-	start := d.pos
-	for d.pos < len(d.data) {
-		c := d.data[d.pos]
-		if c == '"' {
-			d.pos++
-			return string(d.data[start : d.pos-1]), nil
-		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			break
-		}
-		d.pos++
-	}
-	return d.strSlow(d.data[start:d.pos])
-}
-
-// strSlow continues str past escapes, control bytes and non-ASCII bytes;
-// b holds what was read so far.
-func (d *decoder) strSlow(b []byte) (string, error) {
-	b = slices.Clip(b)
-	for d.pos < len(d.data) {
-		c := d.data[d.pos]
-		switch {
-		case c == '"':
-			d.pos++
-			return string(b), nil
-		case c < 0x20:
-			return "", d.syntaxError("no control character in a string")
-		case c >= utf8.RuneSelf:
-			r, size := utf8.DecodeRune(d.data[d.pos:])
-			if r == utf8.RuneError && size == 1 {
-				return "", fmt.Errorf("malformed JSON at byte %d: invalid UTF-8 in a string", d.pos)
-			}
-			b = append(b, d.data[d.pos:d.pos+size]...)
-			d.pos += size
-		case c != '\\':
-			b = append(b, c)
-			d.pos++
-		default:
-			d.pos++
-			if d.pos >= len(d.data) {
-				return "", d.syntaxError("an escape")
-			}
-			e := d.data[d.pos]
-			d.pos++
-			switch e {
-			case '"', '\\', '/':
-				b = append(b, e)
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
-			case 'u':
-				r, err := d.hex4()
-				if err != nil {
-					return "", err
-				}
-				if utf16.IsSurrogate(r) {
-					r2 := utf8.RuneError
-					if d.pos+1 < len(d.data) && d.data[d.pos] == '\\' && d.data[d.pos+1] == 'u' {
-						d.pos += 2
-						if r2, err = d.hex4(); err != nil {
-							return "", err
-						}
-					}
-					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-						return "", fmt.Errorf("malformed JSON at byte %d: unpaired surrogate in a string", d.pos)
-					}
-				}
-				b = utf8.AppendRune(b, r)
-			default:
-				d.pos--
-				return "", d.syntaxError("a valid escape")
-			}
-		}
-	}
-	return "", d.syntaxError(`'"' closing a string`)
-}
-
-func (d *decoder) hex4() (rune, error) {
-	if d.pos+4 > len(d.data) {
-		d.pos = len(d.data)
-		return 0, d.syntaxError("4 hex digits")
-	}
-	n, err := strconv.ParseUint(string(d.data[d.pos:d.pos+4]), 16, 32)
-	if err != nil {
-		return 0, d.syntaxError("4 hex digits")
-	}
-	d.pos += 4
-	return rune(n), nil
 }

@@ -147,8 +147,8 @@ func TestAssignUsageErrors(t *testing.T) {
 			t.Errorf("%q: code %d, stdout %q, stderr %q; want 2, nothing, a message", args, code, out, errOut)
 		}
 	}
-	if code, _, errOut := assign(t, "", "-h"); code != 0 || !strings.Contains(errOut, "usage: joiner assign") {
-		t.Errorf("-h: code %d, stderr %q", code, errOut)
+	if code, out, errOut := assign(t, "", "-h"); code != 0 || errOut != "" || !strings.Contains(out, "usage: joiner assign") {
+		t.Errorf("-h: code %d, stdout %q, stderr %q; want 0, the usage, nothing", code, out, errOut)
 	}
 }
 

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -16,7 +16,7 @@ import (
 // runDemo is `joiner demo`: embedded broker, workers and load generator in
 // one process, with a report.
 func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlagSet("demo", "demo [flags]", stderr, false)
+	fs := newFlags("demo", "demo [flags]", stdout, stderr)
 	var (
 		def     = demo.DefaultConfig()
 		cfg     = def
@@ -35,26 +35,19 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Timeout, "timeout", def.Timeout, "give up after this long")
 	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
 	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")
-	sec := kafkasec.AddFlags(fs)
-	if status, ok := parseFlags(fs, args, false); !ok {
+	sec := kafkasec.AddFlags(fs.FlagSet)
+	if _, status, ok := fs.parse(args); !ok {
 		return status
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "joiner demo: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	cfg.Brokers = splitList(brokers)
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "joiner demo: %v\n", err)
-		return 2
+		return fs.fail(2, err)
 	}
 	if err := sec.Validate(); err != nil {
-		fmt.Fprintf(stderr, "joiner demo: %v\n", err)
-		return 2
+		return fs.fail(2, err)
 	}
 	if len(cfg.Brokers) == 0 && (sec.TLSEnabled() || sec.SASLMechanism != "") {
-		fmt.Fprintln(stderr, "joiner demo: the --tls-* and --sasl-* flags are for a cluster given with --brokers; the embedded broker is plaintext")
-		return 2
+		return fs.fail(2, errors.New("the --tls-* and --sasl-* flags are for a cluster given with --brokers; the embedded broker is plaintext"))
 	}
 	level := slog.LevelWarn
 	if verbose {
@@ -68,15 +61,13 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if len(cfg.Brokers) > 0 {
 		tr, err := sec.Connect(ctx, cfg.Brokers, cfg.Logger)
 		if err != nil {
-			fmt.Fprintf(stderr, "joiner demo: %v\n", err)
-			return 1
+			return fs.fail(1, err)
 		}
 		cfg.Transport = tr
 	}
 	rep, err := demo.Run(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "joiner demo: %v\n", err)
-		return 1
+		return fs.fail(1, err)
 	}
 	if err := rep.WriteTable(stdout); err != nil {
 		return 1

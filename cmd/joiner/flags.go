@@ -16,63 +16,138 @@ func envName(flag string) string {
 	return "JOINER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// parseFlags parses args, then fills every flag not given on the command
-// line from its JOINER_* environment variable. It returns the exit status
-// to use when parsing failed (0 for -h, 2 for a usage error) and ok=false.
-func parseFlags(fs *flag.FlagSet, args []string, env bool) (status int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, false
+// cmdFlags is the flag set of one subcommand, the one flag helper every
+// subcommand uses. -h prints the usage on stdout and exits 0; a bad flag
+// prints the error and the usage on stderr and exits 2.
+type cmdFlags struct {
+	*flag.FlagSet
+	synopsis string // after "usage: joiner "
+	// about is printed between the usage line and the flags, ending in a
+	// blank line when not empty.
+	about string
+	// env fills every flag not given on the command line from its JOINER_*
+	// variable, and the usage names the variables.
+	env bool
+	// positional allows arguments besides the flags, before, between or
+	// after them ("--" ends the flags); without it an argument is a usage
+	// error, and argHint is added to its message.
+	positional bool
+	argHint    string
+
+	stdout, stderr io.Writer
+}
+
+func newFlags(name, synopsis string, stdout, stderr io.Writer) *cmdFlags {
+	f := &cmdFlags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), synopsis: synopsis, stdout: stdout, stderr: stderr}
+	f.SetOutput(stderr)
+	f.Usage = func() {} // parse prints the usage where it belongs
+	return f
+}
+
+// parse parses args and returns the positional arguments. When it fails,
+// it has printed what to print and returns ok=false and the exit status:
+// 0 for -h, 2 for a usage error.
+func (f *cmdFlags) parse(args []string) (positional []string, status int, ok bool) {
+	var err error
+	if f.positional {
+		positional, err = parseInterspersed(f.FlagSet, args)
+	} else if err = f.Parse(args); err == nil && f.NArg() > 0 {
+		return nil, f.fail(2, fmt.Errorf("unexpected argument %q%s", f.Arg(0), f.argHint)), false
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		f.printUsage(f.stdout)
+		return nil, 0, false
+	case err != nil: // the flag package printed the error
+		f.printUsage(f.stderr)
+		return nil, 2, false
+	}
+	if f.env {
+		if err := f.fillFromEnv(); err != nil {
+			return nil, f.fail(2, err), false
 		}
-		return 2, false
 	}
-	if !env {
-		return 0, true
-	}
+	return positional, 0, true
+}
+
+// fillFromEnv sets every flag not given on the command line from its
+// JOINER_* variable.
+func (f *cmdFlags) fillFromEnv() error {
 	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	f.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	var bad error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || bad != nil {
+	f.VisitAll(func(fl *flag.Flag) {
+		if given[fl.Name] || bad != nil {
 			return
 		}
-		if v, set := os.LookupEnv(envName(f.Name)); set {
-			if err := fs.Set(f.Name, v); err != nil {
-				bad = fmt.Errorf("invalid value %q for %s: %v", v, envName(f.Name), err)
+		if v, set := os.LookupEnv(envName(fl.Name)); set {
+			if err := f.Set(fl.Name, v); err != nil {
+				bad = fmt.Errorf("invalid value %q for %s: %v", v, envName(fl.Name), err)
 			}
 		}
 	})
-	if bad != nil {
-		fmt.Fprintf(fs.Output(), "joiner %s: %v\n", fs.Name(), bad)
-		return 2, false
-	}
-	return 0, true
+	return bad
 }
 
-// newFlagSet returns a flag set for a subcommand whose usage lists the
-// env variable of each flag when env is true.
-func newFlagSet(name, synopsis string, stderr io.Writer, env bool) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: joiner %s\n\nFlags:\n", synopsis)
-		fs.VisitAll(func(f *flag.Flag) {
-			line := "  --" + f.Name
-			if name, _ := flag.UnquoteUsage(f); name != "" {
-				line += " " + name
-			}
-			fmt.Fprintln(stderr, line)
-			usage := f.Usage
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-				usage += fmt.Sprintf(" (default %s)", f.DefValue)
-			}
-			if env {
-				usage += " [$" + envName(f.Name) + "]"
-			}
-			fmt.Fprintf(stderr, "        %s\n", usage)
-		})
+// fail prints "joiner <name>: err" on stderr and returns status. The
+// Config fields named by library errors are named by their flags.
+func (f *cmdFlags) fail(status int, err error) int {
+	fmt.Fprintf(f.stderr, "joiner %s: %s\n", f.Name(), f.message(err))
+	return status
+}
+
+// usageError prints msg and the usage on stderr and returns 2.
+func (f *cmdFlags) usageError(msg string) int {
+	fmt.Fprintf(f.stderr, "joiner %s: %s\n\n", f.Name(), msg)
+	f.printUsage(f.stderr)
+	return 2
+}
+
+// given reports whether the flag was set on the command line or by its
+// JOINER_* variable.
+func (f *cmdFlags) given(name string) bool { return flagGiven(f.FlagSet, name) }
+
+func (f *cmdFlags) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: joiner %s\n\n%sFlags:\n", f.synopsis, f.about)
+	f.VisitAll(func(fl *flag.Flag) {
+		line := "  --" + fl.Name
+		if name, _ := flag.UnquoteUsage(fl); name != "" {
+			line += " " + name
+		}
+		fmt.Fprintln(w, line)
+		_, usage := flag.UnquoteUsage(fl)
+		if fl.DefValue != "" && fl.DefValue != "false" && fl.DefValue != "0" && fl.DefValue != "0s" {
+			usage += fmt.Sprintf(" (default %s)", fl.DefValue)
+		}
+		if f.env {
+			usage += " [$" + envName(fl.Name) + "]"
+		}
+		fmt.Fprintf(w, "        %s\n", usage)
+	})
+}
+
+// parseInterspersed parses flags that may appear before, between or after
+// the positional arguments, which it returns in order. Everything after a
+// "--" is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	pos := []string{}
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			// The flag package stopped at the terminator (a flag value of
+			// "--" cannot occur: --partitions would reject it).
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	return fs
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

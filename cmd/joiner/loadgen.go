@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -14,8 +14,9 @@ import (
 )
 
 // runLoadgen is `joiner loadgen`: produce ticks, then notifications.
-func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
-	fs := newFlagSet("loadgen", "loadgen [flags]", stderr, true)
+func runLoadgen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlags("loadgen", "loadgen [flags]", stdout, stderr)
+	fs.env = true
 	var (
 		cfg     loadgen.Config
 		brokers string
@@ -29,38 +30,30 @@ func runLoadgen(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.IntVar(&cfg.Malformed, "malformed", 0, "malformed notifications to add (they go to the dead-letter topic)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "records per second; 0 is as fast as possible")
 	fs.StringVar(&cfg.RunID, "run-id", "", "tag in notification ids, to keep several runs apart")
-	sec := kafkasec.AddFlags(fs)
+	sec := kafkasec.AddFlags(fs.FlagSet)
 	fs.DurationVar(&cfg.RetryTimeout, "retry-timeout", loadgen.DefaultRetryTimeout, "how long failed writes are retried without progress before giving up")
-	if status, ok := parseFlags(fs, args, true); !ok {
+	if _, status, ok := fs.parse(args); !ok {
 		return status
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "joiner loadgen: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
 	if cfg.Symbols < 1 || cfg.TicksPerSymbol < 0 || cfg.NotificationsPerSymbol < 0 || cfg.Malformed < 0 || cfg.Rate < 0 {
-		fmt.Fprintln(stderr, "joiner loadgen: --symbols must be at least 1; counts and --rate must not be negative")
-		return 2
+		return fs.fail(2, errors.New("--symbols must be at least 1; counts and --rate must not be negative"))
 	}
-	err := validateLoadgen(fs, &cfg, splitList(brokers))
+	err := validateLoadgen(fs.FlagSet, &cfg, splitList(brokers))
 	if err == nil {
 		err = sec.Validate()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
-		return 2
+		return fs.fail(2, err)
 	}
 	cfg.Brokers = splitList(brokers)
 	cfg.Progress = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cfg.Transport, err = sec.Connect(ctx, cfg.Brokers, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
-		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
-		return 1
+		return fs.fail(1, err)
 	}
 	if _, err := loadgen.Run(ctx, cfg); err != nil {
-		fmt.Fprintf(stderr, "joiner loadgen: %v\n", err)
-		return 1
+		return fs.fail(1, err)
 	}
 	return 0
 }

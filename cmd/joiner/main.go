@@ -1,7 +1,8 @@
 // Command joiner joins two co-partitioned Kafka topics locally.
 //
 // Each subcommand lives in its own file and only parses flags and wires
-// packages together:
+// packages together; all parse with the one helper in flags.go (-h prints
+// the usage on stdout and exits 0, a usage error exits 2):
 //
 //	joiner run        one worker (group member, state, join, HTTP)
 //	joiner loadgen    produce ticks and notifications keyed by symbol
@@ -41,11 +42,12 @@ func main() {
 
 func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr, cmds)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout, cmds)
 		return 0
 	}
 	c, ok := cmds[args[0]]

@@ -89,7 +89,7 @@ func TestPartitionUsageErrors(t *testing.T) {
 
 func TestPartitionHelp(t *testing.T) {
 	code, out, errOut := runPartitionArgs("-h")
-	if code != 0 || out != "" || !strings.Contains(errOut, "usage: joiner partition") {
+	if code != 0 || errOut != "" || !strings.Contains(out, "usage: joiner partition") {
 		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -16,8 +15,9 @@ import (
 )
 
 // runWorker is `joiner run`: one worker of the consumer group.
-func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
-	fs := newFlagSet("run", "run [flags]", stderr, true)
+func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlags("run", "run [flags]", stdout, stderr)
+	fs.env = true
 	var (
 		cfg                node.Config
 		brokers, stateDirs string
@@ -47,7 +47,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
 	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")
-	sec := kafkasec.AddFlags(fs)
+	sec := kafkasec.AddFlags(fs.FlagSet)
 	fs.StringVar(&cfg.PeerTokenFile, "peer-token-file", "", "file holding the bearer token required on /v1/* and sent to other workers (default no token)")
 	fs.StringVar(&cfg.HTTPCertFile, "http-tls-cert-file", "", "PEM certificate to serve the HTTP listener over TLS; other workers are then reached over https")
 	fs.StringVar(&cfg.HTTPKeyFile, "http-tls-key-file", "", "PEM private key of --http-tls-cert-file")
@@ -58,29 +58,22 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.DurationVar(&cfg.StartupTimeout, "startup-timeout", node.DefaultStartupTimeout, "how long to retry unreachable brokers at start before exiting 1")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&logLvl, "log-level", "info", "log level: debug, info, warn or error")
-	if status, ok := parseFlags(fs, args, true); !ok {
+	if _, status, ok := fs.parse(args); !ok {
 		return status
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "joiner run: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	log, err := newLogger(stderr, logFormat, logLvl)
 	if err != nil {
-		fmt.Fprintf(stderr, "joiner run: %v\n", err)
-		return 2
+		return fs.fail(2, err)
 	}
 	if err := sec.Validate(); err != nil {
-		fmt.Fprintf(stderr, "joiner run: %v\n", err)
-		return 2
+		return fs.fail(2, err)
 	}
 	cfg.Brokers = splitList(brokers)
 	cfg.StateDirs = splitList(stateDirs)
-	if err := validateRun(fs, &cfg); err != nil {
-		fmt.Fprintf(stderr, "joiner run: %v\n", err)
-		return 2
+	if err := validateRun(fs.FlagSet, &cfg); err != nil {
+		return fs.fail(2, err)
 	}
-	cfg.PartitionsExplicit = flagGiven(fs, "partitions")
+	cfg.PartitionsExplicit = fs.given("partitions")
 	cfg.ProcessMetrics = true
 	cfg.Logger = log
 	cfg.PeerCAFile = cmp.Or(httpCAFile, sec.CAFile)
@@ -89,22 +82,18 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	defer stop()
 	tr, err := sec.ConnectOrWait(ctx, cfg.Brokers, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "joiner run: %v\n", err)
-		return 1
+		return fs.fail(1, err)
 	}
 	cfg.Transport = tr
 	n, err := node.New(ctx, cfg)
 	if err != nil && ctx.Err() != nil {
-		fmt.Fprintf(stderr, "joiner run: %v\n", err)
-		return 0 // stopped by a signal while starting
+		return fs.fail(0, err) // stopped by a signal while starting
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "joiner run: %v\n", err)
-		return 1
+		return fs.fail(1, err)
 	}
 	if err := n.Run(ctx); err != nil {
-		fmt.Fprintf(stderr, "joiner run: %v\n", err)
-		return 1
+		return fs.fail(1, err)
 	}
 	return 0
 }

@@ -133,7 +133,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 }
 
 // flagGiven reports whether the flag was set on the command line or by its
-// JOINER_* variable (parseFlags sets those with fs.Set).
+// JOINER_* variable (cmdFlags.parse sets those with fs.Set).
 func flagGiven(fs *flag.FlagSet, name string) bool {
 	given := false
 	fs.Visit(func(f *flag.Flag) {
