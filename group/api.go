@@ -18,19 +18,6 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// Assignor names accepted in Config.Assignor.
-const (
-	// AssignorCopartition gives each partition index (a task) of all topics
-	// to one member, balanced and sticky (the copartition planner).
-	AssignorCopartition = "copartition"
-	// AssignorRoundRobin deals every topic-partition from one flat list, as
-	// kafka-go's RoundRobinGroupBalancer does. It does not co-locate.
-	AssignorRoundRobin = "roundrobin"
-	// AssignorRange assigns per topic, as kafka-go's RangeGroupBalancer does.
-	// It co-locates equal partition numbers but is not sticky.
-	AssignorRange = "range"
-)
-
 // Config configures a Member. Zero durations take the defaults shown.
 type Config struct {
 	// Brokers are bootstrap addresses, host:port. Required unless Client is set.
@@ -55,7 +42,8 @@ type Config struct {
 	// Required, at least one.
 	Topics []string
 
-	// Assignor selects the leader's plan. Default: AssignorCopartition.
+	// Assignor names the leader's plan, one of AssignorNames (see
+	// Assignor). Default: DefaultAssignor(), AssignorCopartition.
 	Assignor string
 
 	// SessionTimeout. Default: 10s.

@@ -102,14 +102,11 @@ func New(cfg Config) (*Member, error) {
 		}
 		seen[t] = true
 	}
-	switch cfg.Assignor {
-	case "":
-		cfg.Assignor = AssignorCopartition
-	case AssignorCopartition, AssignorRoundRobin, AssignorRange:
-	default:
-		return nil, fmt.Errorf("group: unknown Config.Assignor %q (want %s, %s or %s)",
-			cfg.Assignor, AssignorCopartition, AssignorRoundRobin, AssignorRange)
+	assignor, err := LookupAssignor(cfg.Assignor)
+	if err != nil {
+		return nil, fmt.Errorf("group: Config.Assignor: %w", err)
 	}
+	cfg.Assignor = assignor.Name()
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = 10 * time.Second
 	}

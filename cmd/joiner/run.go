@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/statestore"
@@ -39,7 +40,7 @@ func runWorker(args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs.BoolVar(&cfg.CreateTopics, "create-topics", false, "create missing topics with --partitions partitions")
 	fs.IntVar(&cfg.Partitions, "partitions", 6, "partitions of topics created by --create-topics")
 	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 1, "replication factor of topics created by --create-topics")
-	fs.StringVar(&cfg.Assignor, "assignor", "copartition", "leader's plan: copartition, roundrobin or range")
+	fs.StringVar(&cfg.Assignor, "assignor", group.DefaultAssignor(), "leader's plan: "+group.AssignorList())
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
 	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 30*time.Second, "group rebalance timeout; also bounds a clean leave")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
