@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -13,14 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
 
 const (
 	protocolType = "consumer"
-
-	backoffMin = 100 * time.Millisecond
-	backoffMax = 5 * time.Second
 
 	// metadataCheckEvery is how often the planning leader compares the
 	// topics' partition counts with the ones it planned for.
@@ -191,7 +188,7 @@ func (m *Member) Run(ctx context.Context) error {
 
 	var (
 		memberID string
-		retry    backoff
+		retry    = backoff.Retry{Policy: backoff.Default}
 	)
 	for {
 		if ctx.Err() != nil {
@@ -202,7 +199,7 @@ func (m *Member) Run(ctx context.Context) error {
 			var a Assignment
 			a, err = m.join(ctx, &memberID)
 			if err == nil {
-				retry.reset()
+				retry.Reset()
 				err = m.hold(ctx, a, memberID, coord)
 				if err == nil { // cancelled, Rebalancing done
 					return m.leave(ctx, memberID)
@@ -229,9 +226,9 @@ func (m *Member) Run(ctx context.Context) error {
 			m.log.Error("group: stopping", "err", err)
 			return err
 		case actBackoff:
-			d := retry.next()
+			d := retry.Next()
 			m.log.Warn("group: retrying", "err", err, "in", d)
-			if !sleep(ctx, d) {
+			if backoff.Sleep(ctx, d) != nil {
 				return m.leave(ctx, memberID)
 			}
 		}
@@ -746,28 +743,4 @@ func (m *Member) FetchOffsets(ctx context.Context, topic string, partitions []in
 		}
 	}
 	return out, nil
-}
-
-// backoff is a bounded exponential backoff with full jitter.
-type backoff struct{ n int }
-
-func (b *backoff) reset() { b.n = 0 }
-
-func (b *backoff) next() time.Duration {
-	d := backoffMin << min(b.n, 10)
-	b.n++
-	d = min(d, backoffMax)
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleep waits d or until ctx is done; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
