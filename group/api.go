@@ -52,6 +52,10 @@ type Config struct {
 	RebalanceTimeout time.Duration
 	// HeartbeatInterval. Default: 1s (and at most SessionTimeout/3).
 	HeartbeatInterval time.Duration
+	// MetadataCheckInterval is how often the planning leader compares the
+	// topics' partition counts with the ones it planned for, and rejoins
+	// to replan when they changed. Default: 10s.
+	MetadataCheckInterval time.Duration
 
 	// LeaveOnShutdown sends LeaveGroup when Run's context is cancelled,
 	// so the group rebalances at once (scale-down). Default false: the

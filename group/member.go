@@ -18,10 +18,6 @@ import (
 
 const (
 	protocolType = "consumer"
-
-	// metadataCheckEvery is how often the planning leader compares the
-	// topics' partition counts with the ones it planned for.
-	metadataCheckEvery = 10 * time.Second
 )
 
 // Member is one member of the consumer group. Create it with New, run it
@@ -47,9 +43,6 @@ type Member struct {
 	// SyncGroup or a heartbeat answer); see Active.
 	lastAlive time.Time
 
-	// metadataEvery is how often the planning leader compares partition
-	// counts with its plan (metadataCheckEvery; tests shorten it).
-	metadataEvery time.Duration
 	// unpaired is the unpaired partition count of this member's latest plan
 	// as leader (checks.go).
 	unpaired atomic.Int64
@@ -58,10 +51,6 @@ type Member struct {
 	refused    map[int]bool
 	rejoin     chan struct{}
 	rejoinOnce sync.Once
-
-	// Test hooks.
-	encodeSub func(subscription) ([]byte, error) // encoder of this member's subscription user data
-	abandoned atomic.Bool                        // stop heartbeating, never leave (a hung process)
 }
 
 type generation struct {
@@ -89,7 +78,7 @@ func New(cfg Config) (*Member, error) {
 		return nil, errors.New("group: Config.Handler is required")
 	case cfg.Client == nil && len(cfg.Brokers) == 0:
 		return nil, errors.New("group: Config.Brokers or Config.Client is required")
-	case cfg.SessionTimeout < 0 || cfg.RebalanceTimeout < 0 || cfg.HeartbeatInterval < 0:
+	case cfg.SessionTimeout < 0 || cfg.RebalanceTimeout < 0 || cfg.HeartbeatInterval < 0 || cfg.MetadataCheckInterval < 0:
 		return nil, errors.New("group: negative timeout in Config")
 	}
 	seen := map[string]bool{}
@@ -117,29 +106,25 @@ func New(cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("group: Config.HeartbeatInterval %v is more than a third of SessionTimeout %v",
 			cfg.HeartbeatInterval, cfg.SessionTimeout)
 	}
+	if cfg.MetadataCheckInterval == 0 {
+		cfg.MetadataCheckInterval = 10 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	m := &Member{
-		cfg:           cfg,
-		client:        cfg.Client,
-		log:           cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
-		encodeSub:     encodeSubscription,
-		metadataEvery: metadataCheckEvery,
+		cfg:    cfg,
+		client: cfg.Client,
+		log:    cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
 	}
 	if m.client == nil {
 		m.own = &kafka.Transport{}
 		m.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: m.own}
 	}
-	m.setClient(m.client)
-	return m, nil
-}
-
-func (m *Member) setClient(c *kafka.Client) {
-	m.client = c
-	jc := *c
+	jc := *m.client
 	jc.Timeout = 0
 	m.joinClient = &jc
+	return m, nil
 }
 
 // Current returns the latest assignment delivered to Handler.Assigned and
@@ -206,10 +191,6 @@ func (m *Member) Run(ctx context.Context) error {
 				}
 			}
 		}
-		if m.abandoned.Load() {
-			<-ctx.Done()
-			return nil
-		}
 		if ctx.Err() != nil {
 			return m.leave(ctx, memberID)
 		}
@@ -247,9 +228,6 @@ func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord 
 
 	m.cfg.Handler.Assigned(ctx, a)
 	err := m.heartbeat(ctx, a, memberID, coord)
-	if m.abandoned.Load() {
-		return err
-	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
 	defer cancel()
 	if err != nil && !errors.Is(err, kafka.RebalanceInProgress) && !errors.Is(err, errMetadataChanged) {
@@ -305,11 +283,7 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 		case <-m.rejoinCh():
 			return errReleased
 		}
-		if m.abandoned.Load() {
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		if a.Leader && time.Since(lastCheck) >= m.metadataEvery {
+		if a.Leader && time.Since(lastCheck) >= m.cfg.MetadataCheckInterval {
 			lastCheck = time.Now()
 			if err := m.checkMetadata(ctx, a); err != nil {
 				return err
@@ -442,7 +416,7 @@ func (m *Member) ownedTasks() []int {
 func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error) {
 	owned := normalizeTasks(m.withoutRefused(m.ownedTasks()))
 	owned = slices.DeleteFunc(owned, func(t int) bool { return t < 0 || t >= maxTasks })
-	userData, err := m.encodeSub(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned, Refused: m.refusedTasks()})
+	userData, err := encodeSubscription(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned, Refused: m.refusedTasks()})
 	if err != nil {
 		return Assignment{}, fmt.Errorf("group %q: encode subscription: %w", m.cfg.GroupID, err)
 	}

@@ -104,6 +104,7 @@ type testMember struct {
 	*Member
 	id     string
 	rec    *recorder
+	net    *testTransport // the member's way to the broker
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -130,13 +131,15 @@ func (w testLog) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// startMember runs a member with fast timeouts; edit tweaks the config (and
-// the member, for test hooks) before Run.
-func startMember(t *testing.T, addrs []string, id string, edit func(*Config, *Member)) *testMember {
+// startMember runs a member with fast timeouts, reaching the broker through
+// a testTransport; edit tweaks the config before New.
+func startMember(t *testing.T, addrs []string, id string, edit func(*Config)) *testMember {
 	t.Helper()
 	rec := &recorder{}
+	tt := newTestTransport()
+	t.Cleanup(tt.inner.CloseIdleConnections)
 	cfg := Config{
-		Brokers:           addrs,
+		Client:            &kafka.Client{Addr: kafka.TCP(addrs...), Transport: tt},
 		GroupID:           "joiner",
 		InstanceID:        id,
 		QueryAddr:         id + ":8080",
@@ -149,17 +152,14 @@ func startMember(t *testing.T, addrs []string, id string, edit func(*Config, *Me
 		Logger:            slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test_member", id),
 	}
 	if edit != nil {
-		edit(&cfg, nil)
+		edit(&cfg)
 	}
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if edit != nil {
-		edit(&m.cfg, m)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tm := &testMember{Member: m, id: id, rec: rec, cancel: cancel, done: make(chan error, 1)}
+	tm := &testMember{Member: m, id: id, rec: rec, net: tt, cancel: cancel, done: make(chan error, 1)}
 	go func() { tm.done <- m.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -358,7 +358,12 @@ func TestGrowAndShrink(t *testing.T) {
 	}
 }
 
-func TestHungMemberLosesTasksAfterSessionTimeout(t *testing.T) {
+// TestCutOffMemberLosesTasksAfterSessionTimeout: a member cut off from the
+// broker at its transport (no heartbeat and no LeaveGroup gets out, as for
+// a hung or partitioned process) keeps its tasks until the session timeout;
+// then the others take them over, and the member itself is told through
+// Lost, never through Rebalancing or a new assignment.
+func TestCutOffMemberLosesTasksAfterSessionTimeout(t *testing.T) {
 	addrs := newCluster(t)
 	a := startMember(t, addrs, "pod-a", nil)
 	b := startMember(t, addrs, "pod-b", nil)
@@ -367,20 +372,38 @@ func TestHungMemberLosesTasksAfterSessionTimeout(t *testing.T) {
 
 	n0, r0 := c.rec.counts()
 	start := time.Now()
-	c.abandoned.Store(true) // no more heartbeats, no LeaveGroup
+	c.net.Cut()
 	tasks, _ := stableTasks(t, a, b)
+	took := time.Since(start)
 	if len(tasks["pod-a"])+len(tasks["pod-b"]) != testPartitions {
 		t.Errorf("tasks %v", tasks)
 	}
-	t.Logf("tasks resumed elsewhere %v after the last heartbeat (session timeout %v)", time.Since(start), time.Second)
+	if took < 900*time.Millisecond {
+		t.Errorf("tasks resumed elsewhere %v after the cut, before the session timeout (1s)", took)
+	}
+	t.Logf("tasks resumed elsewhere %v after the cut (session timeout %v)", took, time.Second)
+	waitFor(t, 5*time.Second, "pod-c's Lost", func() bool {
+		c.rec.mu.Lock()
+		defer c.rec.mu.Unlock()
+		return len(c.rec.lost) > 0
+	})
+	c.rec.mu.Lock()
+	lostErr := c.rec.lost[0]
+	c.rec.mu.Unlock()
+	if !errors.Is(lostErr, errSessionLost) || !errors.Is(lostErr, errCut) {
+		t.Errorf("Lost(%v), want a session loss caused by the cut", lostErr)
+	}
+	if c.Active() {
+		t.Error("the cut-off member is still Active")
+	}
 	if n, r := c.rec.counts(); n != n0 || r != r0 {
-		t.Errorf("hung member: Assigned %d, Rebalancing %d; want no new calls (%d, %d)", n, r, n0, r0)
+		t.Errorf("cut-off member: Assigned %d, Rebalancing %d; want no new calls (%d, %d)", n, r, n0, r0)
 	}
 }
 
 func TestCleanLeaveRebalancesPromptly(t *testing.T) {
 	addrs := newCluster(t)
-	slow := func(cfg *Config, _ *Member) {
+	slow := func(cfg *Config) {
 		cfg.SessionTimeout = 6 * time.Second
 		cfg.HeartbeatInterval = 100 * time.Millisecond
 	}
@@ -472,10 +495,8 @@ func TestCorruptSubscriptionOwnsNothing(t *testing.T) {
 	addrs := newCluster(t)
 	a := startMember(t, addrs, "pod-a", nil)
 	stableTasks(t, a)
-	b := startMember(t, addrs, "pod-b", func(_ *Config, m *Member) {
-		if m != nil {
-			m.encodeSub = func(subscription) ([]byte, error) { return []byte{1, 0xff, 0xff, 0xff, 0xff}, nil }
-		}
+	b := startMember(t, addrs, "pod-b", func(cfg *Config) {
+		cfg.Client.Transport.(*testTransport).SetUserData([]byte{1, 0xff, 0xff, 0xff, 0xff})
 	})
 	tasks, as := stableTasks(t, a, b)
 	if len(tasks["pod-b"]) != 3 {
@@ -571,7 +592,7 @@ func TestOwnedReportedBeforeFirstAssignment(t *testing.T) {
 	addrs := newCluster(t)
 	a := startMember(t, addrs, "pod-a", nil)
 	stableTasks(t, a)
-	b := startMember(t, addrs, "pod-b", func(cfg *Config, _ *Member) {
+	b := startMember(t, addrs, "pod-b", func(cfg *Config) {
 		cfg.Owned = func() []int { return []int{2, 0, 1, 99} } // unsorted, one out of range
 	})
 	tasks, _ := stableTasks(t, a, b)
@@ -642,12 +663,9 @@ func TestLeaderReplansWhenPartitionsChange(t *testing.T) {
 	c := startCluster(t, 1, kfake.SeedTopics(6, "market"), kfake.SeedTopics(8, "notifications"))
 	addrs := c.ListenAddrs()
 	client := &kafka.Client{Addr: kafka.TCP(addrs...), Transport: &kafka.Transport{MetadataTTL: 50 * time.Millisecond}}
-	a := startMember(t, addrs, "pod-a", func(cfg *Config, m *Member) {
+	a := startMember(t, addrs, "pod-a", func(cfg *Config) {
 		cfg.Client = client
-		if m != nil {
-			m.setClient(client)
-			m.metadataEvery = 100 * time.Millisecond
-		}
+		cfg.MetadataCheckInterval = 100 * time.Millisecond
 	})
 	waitFor(t, 10*time.Second, "a plan over the 6 paired tasks", func() bool {
 		cur, ok := a.Current()
@@ -662,7 +680,7 @@ func TestLeaderReplansWhenPartitionsChange(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create partitions: %v", err)
 	}
-	waitFor(t, 10*time.Second, "a plan over 8 tasks", func() bool {
+	waitFor(t, 5*time.Second, "a plan over 8 tasks", func() bool {
 		cur, ok := a.Current()
 		return ok && cur.Error == "" && cur.Partitions == 8 && cur.Unpaired == 0 && len(cur.Topics["notifications"]) == 8
 	})

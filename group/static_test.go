@@ -13,8 +13,8 @@ import (
 
 // static makes a member that stops without LeaveGroup, with a session
 // timeout long enough for a restart.
-func static(owned func() []int) func(*Config, *Member) {
-	return func(cfg *Config, _ *Member) {
+func static(owned func() []int) func(*Config) {
+	return func(cfg *Config) {
 		cfg.LeaveOnShutdown = false
 		cfg.SessionTimeout = 6 * time.Second
 		cfg.HeartbeatInterval = 100 * time.Millisecond
