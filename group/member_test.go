@@ -241,8 +241,11 @@ func TestSingleMemberGetsEverything(t *testing.T) {
 			t.Errorf("owner of %d = %+v", p, o)
 		}
 	}
-	// Stay stable for a while: no further generation, Assigned once.
-	time.Sleep(300 * time.Millisecond)
+	// Stay stable: six more heartbeats answered (each would have reported
+	// a rebalance, and the member handles one before sending the next),
+	// no further generation, Assigned once.
+	h := a.net.Heartbeats()
+	waitFor(t, 5*time.Second, "six more heartbeats", func() bool { return a.net.Heartbeats() >= h+6 })
 	if n, r := a.rec.counts(); n != 1 || r != 0 {
 		t.Errorf("Assigned %d times, Rebalancing %d times; want 1, 0", n, r)
 	}
@@ -422,14 +425,16 @@ func TestCleanLeaveRebalancesPromptly(t *testing.T) {
 
 func TestCommitAndFetchOffsets(t *testing.T) {
 	addrs := newCluster(t)
-	a := startMember(t, addrs, "pod-a", nil)
+	var releaseJoin func()
+	a := startMember(t, addrs, "pod-a", func(cfg *Config) {
+		releaseJoin = cfg.Client.Transport.(*testTransport).HoldJoins()
+	})
 	ctx := context.Background()
+	// Its JoinGroup is held: the member has no assignment yet.
 	if err := a.Commit(ctx, map[string]map[int]int64{"market": {0: 1}}); !errors.Is(err, ErrRebalancing) {
-		// Only before the first assignment; the member may already have one.
-		if _, ok := a.Current(); !ok {
-			t.Errorf("commit before the first assignment: %v", err)
-		}
+		t.Errorf("commit before the first assignment: %v, want ErrRebalancing", err)
 	}
+	releaseJoin()
 	_, as := stableTasks(t, a)
 	if err := a.Commit(ctx, map[string]map[int]int64{"market": {0: 42, 1: 7}, "notifications": {0: 3}}); err != nil {
 		t.Fatal(err)
@@ -450,9 +455,6 @@ func TestCommitAndFetchOffsets(t *testing.T) {
 	stale := generation{id: as[0].Generation - 1, memberID: as[0].MemberID, valid: true}
 	if err := a.commit(ctx, stale, map[string]map[int]int64{"market": {0: 50}}); !errors.Is(err, ErrRebalancing) {
 		t.Errorf("commit with a stale generation: %v, want ErrRebalancing", err)
-	}
-	if !errors.Is(fmt.Errorf("x: %w", ErrRebalancing), ErrRebalancing) {
-		t.Fatal("unreachable")
 	}
 }
 
@@ -616,9 +618,21 @@ func TestCoordinatorMoves(t *testing.T) {
 		}
 		c.RehashCoordinators()
 	}
-	// Two session timeouts: long enough for a member whose heartbeats go
-	// nowhere to be dropped.
-	time.Sleep(2 * time.Second)
+	// Until both members have had a heartbeat confirmed more than a session
+	// timeout (1s) after the move: a member whose heartbeats went nowhere
+	// would have been dropped by then, and would show a new generation.
+	moved := time.Now()
+	waitFor(t, 10*time.Second, "heartbeats confirmed a session timeout after the move", func() bool {
+		for _, m := range []*testMember{a, b} {
+			m.mu.Lock()
+			confirmed := m.lastAlive
+			m.mu.Unlock()
+			if confirmed.Sub(moved) <= m.cfg.SessionTimeout {
+				return false
+			}
+		}
+		return true
+	})
 	_, after := stableTasks(t, a, b)
 	if after[0].Generation != before[0].Generation {
 		t.Errorf("generation went from %d to %d after the coordinator moved", before[0].Generation, after[0].Generation)

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/consumer"
+	"github.com/segmentio/kafka-go/protocol/heartbeat"
 	"github.com/segmentio/kafka-go/protocol/joingroup"
 )
 
@@ -22,13 +23,17 @@ var errCut = errors.New("test: member cut off from the broker")
 // the transport, so that the Member under test runs unmodified. Cut makes
 // every request fail at once, as when the network is gone (heartbeats stop
 // reaching the coordinator, no LeaveGroup gets out); SetUserData replaces
-// the subscription user data of the member's JoinGroup requests.
+// the subscription user data of the member's JoinGroup requests; HoldJoins
+// keeps its JoinGroup requests from leaving until released; Heartbeats
+// counts the heartbeats answered.
 type testTransport struct {
-	inner *kafka.Transport
-	cut   atomic.Bool
+	inner      *kafka.Transport
+	cut        atomic.Bool
+	heartbeats atomic.Int64
 
 	mu       sync.Mutex
-	userData []byte // nil: unchanged
+	userData []byte        // nil: unchanged
+	joinGate chan struct{} // nil: JoinGroup goes out
 }
 
 func newTestTransport() *testTransport { return &testTransport{inner: &kafka.Transport{}} }
@@ -43,14 +48,42 @@ func (t *testTransport) SetUserData(b []byte) {
 	t.userData = b
 }
 
+// HoldJoins keeps every JoinGroup request from being sent until the
+// returned function is called.
+func (t *testTransport) HoldJoins() (release func()) {
+	gate := make(chan struct{})
+	t.mu.Lock()
+	t.joinGate = gate
+	t.mu.Unlock()
+	return sync.OnceFunc(func() { close(gate) })
+}
+
+// Heartbeats returns the number of heartbeat requests answered (with or
+// without an error code).
+func (t *testTransport) Heartbeats() int64 { return t.heartbeats.Load() }
+
 func (t *testTransport) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
 	if t.cut.Load() {
 		return nil, errCut
 	}
+	if _, ok := req.(*heartbeat.Request); ok {
+		resp, err := t.inner.RoundTrip(ctx, addr, req)
+		if err == nil {
+			t.heartbeats.Add(1)
+		}
+		return resp, err
+	}
 	if jr, ok := req.(*joingroup.Request); ok {
 		t.mu.Lock()
-		ud := t.userData
+		ud, gate := t.userData, t.joinGate
 		t.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 		if ud != nil {
 			rewritten, err := withUserData(jr, ud)
 			if err != nil {
