@@ -62,56 +62,10 @@ type generation struct {
 // New validates cfg, fills its defaults and returns a Member that has not
 // yet joined. It does no I/O.
 func New(cfg Config) (*Member, error) {
-	cfg.Topics = slices.Clone(cfg.Topics)
-	switch {
-	case cfg.GroupID == "":
-		return nil, errors.New("group: Config.GroupID is required")
-	case cfg.InstanceID == "":
-		return nil, errors.New("group: Config.InstanceID is required (static membership)")
-	case len(cfg.InstanceID) > maxIDLen:
-		return nil, fmt.Errorf("group: Config.InstanceID is %d bytes, the limit is %d", len(cfg.InstanceID), maxIDLen)
-	case len(cfg.QueryAddr) > maxAddrLen:
-		return nil, fmt.Errorf("group: Config.QueryAddr is %d bytes, the limit is %d", len(cfg.QueryAddr), maxAddrLen)
-	case len(cfg.Topics) == 0:
-		return nil, errors.New("group: Config.Topics needs at least one topic")
-	case cfg.Handler == nil:
-		return nil, errors.New("group: Config.Handler is required")
-	case cfg.Client == nil && len(cfg.Brokers) == 0:
-		return nil, errors.New("group: Config.Brokers or Config.Client is required")
-	case cfg.SessionTimeout < 0 || cfg.RebalanceTimeout < 0 || cfg.HeartbeatInterval < 0 || cfg.MetadataCheckInterval < 0:
-		return nil, errors.New("group: negative timeout in Config")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	seen := map[string]bool{}
-	for _, t := range cfg.Topics {
-		if t == "" || seen[t] {
-			return nil, fmt.Errorf("group: Config.Topics %q: empty or repeated topic", cfg.Topics)
-		}
-		seen[t] = true
-	}
-	assignor, err := LookupAssignor(cfg.Assignor)
-	if err != nil {
-		return nil, fmt.Errorf("group: Config.Assignor: %w", err)
-	}
-	cfg.Assignor = assignor.Name()
-	if cfg.SessionTimeout == 0 {
-		cfg.SessionTimeout = 10 * time.Second
-	}
-	if cfg.RebalanceTimeout == 0 {
-		cfg.RebalanceTimeout = 30 * time.Second
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = min(time.Second, cfg.SessionTimeout/3)
-	}
-	if cfg.HeartbeatInterval > cfg.SessionTimeout/3 {
-		return nil, fmt.Errorf("group: Config.HeartbeatInterval %v is more than a third of SessionTimeout %v",
-			cfg.HeartbeatInterval, cfg.SessionTimeout)
-	}
-	if cfg.MetadataCheckInterval == 0 {
-		cfg.MetadataCheckInterval = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = cfg.withDefaults()
 	m := &Member{
 		cfg:    cfg,
 		client: cfg.Client,
