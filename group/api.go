@@ -2,10 +2,13 @@
 // kafka-go's Client: FindCoordinator, JoinGroup (with a group instance id),
 // SyncGroup, Heartbeat, LeaveGroup, OffsetFetch and OffsetCommit.
 //
-// The elected leader plans the assignment over partition indexes (tasks):
-// every member that owns task p receives partition p of every configured
-// topic. Members act only on the assignment carried by their own SyncGroup
-// response, never on a plan they computed themselves.
+// The elected leader plans the assignment with the Assignor named in
+// Config.Assignor (copartition by default: every member that owns task p,
+// a partition index, receives partition p of every configured topic).
+// Members act only on the assignment carried by their own SyncGroup
+// response, never on a plan they computed themselves. A new assignor is
+// one file implementing Assignor plus one line in the registry
+// (assignor.go).
 //
 // The package knows nothing about prices or Pebble.
 package group
