@@ -34,6 +34,12 @@ func (r reverseAssignor) Plan(req PlanRequest) (Plan, error) {
 	return out, nil
 }
 
+// twoTopicsSixPartitions is a plan input over two topics of 6 partitions.
+func twoTopicsSixPartitions(assignor string, n int) planInput {
+	return planInput{Assignor: assignor, Topics: []string{"market", "notifications"},
+		Counts: map[string]int{"market": 6, "notifications": 6}, Leader: "pod-0", Members: members(n, nil)}
+}
+
 // withAssignor registers a for the duration of the test: the one line a new
 // assignor adds to registry.
 func withAssignor(t *testing.T, a Assignor) {
@@ -76,9 +82,7 @@ func TestRegisteredAssignorIsUsed(t *testing.T) {
 	if _, err := New(cfg); err != nil {
 		t.Fatalf("New with a registered assignor: %v", err)
 	}
-	in := seed004
-	in.Assignor = "reverse"
-	in.Members = members(3, nil)
+	in := twoTopicsSixPartitions("reverse", 3)
 	out, err := computePlan(in)
 	if err != nil || out.Err != nil {
 		t.Fatalf("computePlan: %v, %v", err, out.Err)
@@ -104,9 +108,7 @@ func TestAssignorOutputChecked(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			withAssignor(t, a)
-			in := seed004
-			in.Assignor = "reverse"
-			in.Members = members(2, nil)
+			in := twoTopicsSixPartitions("reverse", 2)
 			if _, err := computePlan(in); err == nil {
 				t.Fatal("computePlan accepted the plan")
 			}
