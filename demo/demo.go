@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
@@ -36,7 +37,7 @@ type Config struct {
 	Symbols                int
 	TicksPerSymbol         int
 	NotificationsPerSymbol int
-	// Assignor is copartition, roundrobin or range.
+	// Assignor is one of group.AssignorNames.
 	Assignor string
 	// Timeout bounds the whole run.
 	Timeout time.Duration
@@ -54,7 +55,7 @@ func DefaultConfig() Config {
 		Symbols:                10,
 		TicksPerSymbol:         1,
 		NotificationsPerSymbol: 3,
-		Assignor:               "copartition",
+		Assignor:               group.DefaultAssignor(),
 		Timeout:                5 * time.Minute,
 	}
 }
@@ -111,10 +112,8 @@ func (c Config) Validate() error {
 	case c.Timeout <= 0:
 		return fielderr.Errorf("{Timeout} must be positive, got %s", c.Timeout)
 	}
-	switch c.Assignor {
-	case "copartition", "roundrobin", "range":
-	default:
-		return fielderr.Errorf("{Assignor} must be copartition, roundrobin or range, got %q", c.Assignor)
+	if !slices.Contains(group.AssignorNames(), c.Assignor) {
+		return fielderr.Errorf("{Assignor} must be %s, got %q", group.AssignorList(), c.Assignor)
 	}
 	return nil
 }

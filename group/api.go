@@ -2,10 +2,13 @@
 // kafka-go's Client: FindCoordinator, JoinGroup (with a group instance id),
 // SyncGroup, Heartbeat, LeaveGroup, OffsetFetch and OffsetCommit.
 //
-// The elected leader plans the assignment over partition indexes (tasks):
-// every member that owns task p receives partition p of every configured
-// topic. Members act only on the assignment carried by their own SyncGroup
-// response, never on a plan they computed themselves.
+// The elected leader plans the assignment with the Assignor named in
+// Config.Assignor (copartition by default: every member that owns task p,
+// a partition index, receives partition p of every configured topic).
+// Members act only on the assignment carried by their own SyncGroup
+// response, never on a plan they computed themselves. A new assignor is
+// one file implementing Assignor plus one line in the registry
+// (assignor.go).
 //
 // The package knows nothing about prices or Pebble.
 package group
@@ -16,19 +19,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-)
-
-// Assignor names accepted in Config.Assignor.
-const (
-	// AssignorCopartition gives each partition index (a task) of all topics
-	// to one member, balanced and sticky (the copartition planner).
-	AssignorCopartition = "copartition"
-	// AssignorRoundRobin deals every topic-partition from one flat list, as
-	// kafka-go's RoundRobinGroupBalancer does. It does not co-locate.
-	AssignorRoundRobin = "roundrobin"
-	// AssignorRange assigns per topic, as kafka-go's RangeGroupBalancer does.
-	// It co-locates equal partition numbers but is not sticky.
-	AssignorRange = "range"
 )
 
 // Config configures a Member. Zero durations take the defaults shown.
@@ -55,7 +45,8 @@ type Config struct {
 	// Required, at least one.
 	Topics []string
 
-	// Assignor selects the leader's plan. Default: AssignorCopartition.
+	// Assignor names the leader's plan, one of AssignorNames (see
+	// Assignor). Default: DefaultAssignor(), AssignorCopartition.
 	Assignor string
 
 	// SessionTimeout. Default: 10s.
@@ -64,6 +55,10 @@ type Config struct {
 	RebalanceTimeout time.Duration
 	// HeartbeatInterval. Default: 1s (and at most SessionTimeout/3).
 	HeartbeatInterval time.Duration
+	// MetadataCheckInterval is how often the planning leader compares the
+	// topics' partition counts with the ones it planned for, and rejoins
+	// to replan when they changed. Default: 10s.
+	MetadataCheckInterval time.Duration
 
 	// LeaveOnShutdown sends LeaveGroup when Run's context is cancelled,
 	// so the group rebalances at once (scale-down). Default false: the

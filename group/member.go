@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -13,18 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
 
 const (
 	protocolType = "consumer"
-
-	backoffMin = 100 * time.Millisecond
-	backoffMax = 5 * time.Second
-
-	// metadataCheckEvery is how often the planning leader compares the
-	// topics' partition counts with the ones it planned for.
-	metadataCheckEvery = 10 * time.Second
 )
 
 // Member is one member of the consumer group. Create it with New, run it
@@ -50,9 +43,6 @@ type Member struct {
 	// SyncGroup or a heartbeat answer); see Active.
 	lastAlive time.Time
 
-	// metadataEvery is how often the planning leader compares partition
-	// counts with its plan (metadataCheckEvery; tests shorten it).
-	metadataEvery time.Duration
 	// unpaired is the unpaired partition count of this member's latest plan
 	// as leader (checks.go).
 	unpaired atomic.Int64
@@ -61,10 +51,6 @@ type Member struct {
 	refused    map[int]bool
 	rejoin     chan struct{}
 	rejoinOnce sync.Once
-
-	// Test hooks.
-	encodeSub func(subscription) ([]byte, error) // encoder of this member's subscription user data
-	abandoned atomic.Bool                        // stop heartbeating, never leave (a hung process)
 }
 
 type generation struct {
@@ -76,76 +62,23 @@ type generation struct {
 // New validates cfg, fills its defaults and returns a Member that has not
 // yet joined. It does no I/O.
 func New(cfg Config) (*Member, error) {
-	cfg.Topics = slices.Clone(cfg.Topics)
-	switch {
-	case cfg.GroupID == "":
-		return nil, errors.New("group: Config.GroupID is required")
-	case cfg.InstanceID == "":
-		return nil, errors.New("group: Config.InstanceID is required (static membership)")
-	case len(cfg.InstanceID) > maxIDLen:
-		return nil, fmt.Errorf("group: Config.InstanceID is %d bytes, the limit is %d", len(cfg.InstanceID), maxIDLen)
-	case len(cfg.QueryAddr) > maxAddrLen:
-		return nil, fmt.Errorf("group: Config.QueryAddr is %d bytes, the limit is %d", len(cfg.QueryAddr), maxAddrLen)
-	case len(cfg.Topics) == 0:
-		return nil, errors.New("group: Config.Topics needs at least one topic")
-	case cfg.Handler == nil:
-		return nil, errors.New("group: Config.Handler is required")
-	case cfg.Client == nil && len(cfg.Brokers) == 0:
-		return nil, errors.New("group: Config.Brokers or Config.Client is required")
-	case cfg.SessionTimeout < 0 || cfg.RebalanceTimeout < 0 || cfg.HeartbeatInterval < 0:
-		return nil, errors.New("group: negative timeout in Config")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	seen := map[string]bool{}
-	for _, t := range cfg.Topics {
-		if t == "" || seen[t] {
-			return nil, fmt.Errorf("group: Config.Topics %q: empty or repeated topic", cfg.Topics)
-		}
-		seen[t] = true
-	}
-	switch cfg.Assignor {
-	case "":
-		cfg.Assignor = AssignorCopartition
-	case AssignorCopartition, AssignorRoundRobin, AssignorRange:
-	default:
-		return nil, fmt.Errorf("group: unknown Config.Assignor %q (want %s, %s or %s)",
-			cfg.Assignor, AssignorCopartition, AssignorRoundRobin, AssignorRange)
-	}
-	if cfg.SessionTimeout == 0 {
-		cfg.SessionTimeout = 10 * time.Second
-	}
-	if cfg.RebalanceTimeout == 0 {
-		cfg.RebalanceTimeout = 30 * time.Second
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = min(time.Second, cfg.SessionTimeout/3)
-	}
-	if cfg.HeartbeatInterval > cfg.SessionTimeout/3 {
-		return nil, fmt.Errorf("group: Config.HeartbeatInterval %v is more than a third of SessionTimeout %v",
-			cfg.HeartbeatInterval, cfg.SessionTimeout)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = cfg.withDefaults()
 	m := &Member{
-		cfg:           cfg,
-		client:        cfg.Client,
-		log:           cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
-		encodeSub:     encodeSubscription,
-		metadataEvery: metadataCheckEvery,
+		cfg:    cfg,
+		client: cfg.Client,
+		log:    cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
 	}
 	if m.client == nil {
 		m.own = &kafka.Transport{}
 		m.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: m.own}
 	}
-	m.setClient(m.client)
-	return m, nil
-}
-
-func (m *Member) setClient(c *kafka.Client) {
-	m.client = c
-	jc := *c
+	jc := *m.client
 	jc.Timeout = 0
 	m.joinClient = &jc
+	return m, nil
 }
 
 // Current returns the latest assignment delivered to Handler.Assigned and
@@ -194,7 +127,7 @@ func (m *Member) Run(ctx context.Context) error {
 
 	var (
 		memberID string
-		retry    backoff
+		retry    = backoff.Retry{Policy: backoff.Default}
 	)
 	for {
 		if ctx.Err() != nil {
@@ -205,16 +138,12 @@ func (m *Member) Run(ctx context.Context) error {
 			var a Assignment
 			a, err = m.join(ctx, &memberID)
 			if err == nil {
-				retry.reset()
+				retry.Reset()
 				err = m.hold(ctx, a, memberID, coord)
 				if err == nil { // cancelled, Rebalancing done
 					return m.leave(ctx, memberID)
 				}
 			}
-		}
-		if m.abandoned.Load() {
-			<-ctx.Done()
-			return nil
 		}
 		if ctx.Err() != nil {
 			return m.leave(ctx, memberID)
@@ -232,9 +161,9 @@ func (m *Member) Run(ctx context.Context) error {
 			m.log.Error("group: stopping", "err", err)
 			return err
 		case actBackoff:
-			d := retry.next()
+			d := retry.Next()
 			m.log.Warn("group: retrying", "err", err, "in", d)
-			if !sleep(ctx, d) {
+			if backoff.Sleep(ctx, d) != nil {
 				return m.leave(ctx, memberID)
 			}
 		}
@@ -253,9 +182,6 @@ func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord 
 
 	m.cfg.Handler.Assigned(ctx, a)
 	err := m.heartbeat(ctx, a, memberID, coord)
-	if m.abandoned.Load() {
-		return err
-	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
 	defer cancel()
 	if err != nil && !errors.Is(err, kafka.RebalanceInProgress) && !errors.Is(err, errMetadataChanged) {
@@ -311,11 +237,7 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 		case <-m.rejoinCh():
 			return errReleased
 		}
-		if m.abandoned.Load() {
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		if a.Leader && time.Since(lastCheck) >= m.metadataEvery {
+		if a.Leader && time.Since(lastCheck) >= m.cfg.MetadataCheckInterval {
 			lastCheck = time.Now()
 			if err := m.checkMetadata(ctx, a); err != nil {
 				return err
@@ -448,7 +370,7 @@ func (m *Member) ownedTasks() []int {
 func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error) {
 	owned := normalizeTasks(m.withoutRefused(m.ownedTasks()))
 	owned = slices.DeleteFunc(owned, func(t int) bool { return t < 0 || t >= maxTasks })
-	userData, err := m.encodeSub(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned, Refused: m.refusedTasks()})
+	userData, err := encodeSubscription(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned, Refused: m.refusedTasks()})
 	if err != nil {
 		return Assignment{}, fmt.Errorf("group %q: encode subscription: %w", m.cfg.GroupID, err)
 	}
@@ -749,28 +671,4 @@ func (m *Member) FetchOffsets(ctx context.Context, topic string, partitions []in
 		}
 	}
 	return out, nil
-}
-
-// backoff is a bounded exponential backoff with full jitter.
-type backoff struct{ n int }
-
-func (b *backoff) reset() { b.n = 0 }
-
-func (b *backoff) next() time.Duration {
-	d := backoffMin << min(b.n, 10)
-	b.n++
-	d = min(d, backoffMax)
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleep waits d or until ctx is done; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 
-	"github.com/joiner-dev/joiner/copartition"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -140,52 +138,33 @@ func computePlan(in planInput) (planOutput, error) {
 	for _, id := range ids {
 		perTopic[id] = map[string][]int{}
 	}
-	switch in.Assignor {
-	case AssignorCopartition, "":
-		plan, err := copartition.Assign(partitions, ids, previous)
-		if err != nil {
-			out.Warnings = append(out.Warnings, fmt.Sprintf("planner rejected the reported owned tasks (%v); planned from scratch", err))
-			plan, err = copartition.Assign(partitions, ids, nil)
+	assignor, err := LookupAssignor(in.Assignor)
+	if err != nil {
+		return planOutput{}, fmt.Errorf("group: plan: %w", err)
+	}
+	plan, err := assignor.Plan(PlanRequest{Partitions: partitions, Topics: in.Topics, Members: ids, Previous: previous})
+	if err != nil {
+		return planOutput{}, fmt.Errorf("group: plan: %s: %w", assignor.Name(), err)
+	}
+	out.Warnings = append(out.Warnings, plan.Warnings...)
+	for id, byTopic := range plan.Assigned {
+		if _, ok := perTopic[id]; !ok {
+			return planOutput{}, fmt.Errorf("group: plan: %s assigned partitions to unknown member %q", assignor.Name(), id)
 		}
-		if err != nil {
-			return planOutput{}, fmt.Errorf("group: plan: %w", err)
-		}
-		for id, tasks := range plan.Assignment {
-			if _, ok := perTopic[id]; !ok {
-				return planOutput{}, fmt.Errorf("group: plan: planner assigned tasks to unknown member %q", id)
+		for t, ps := range byTopic {
+			if !slices.Contains(in.Topics, t) {
+				return planOutput{}, fmt.Errorf("group: plan: %s assigned partitions of unknown topic %q", assignor.Name(), t)
 			}
-			for _, t := range in.Topics {
-				perTopic[id][t] = slices.Clone(tasks)
-			}
-		}
-		out.Moved = plan.Moved
-	case AssignorRoundRobin:
-		// One flat list of every topic-partition, topics by name and then
-		// partitions ascending, dealt in turn to the members sorted by
-		// instance id (the Java RoundRobinAssignor's order).
-		topics := slices.Clone(in.Topics)
-		sort.Strings(topics)
-		topics = slices.Compact(topics)
-		i := 0
-		for _, t := range topics {
-			for p := range partitions {
-				id := ids[i%len(ids)]
-				perTopic[id][t] = append(perTopic[id][t], p)
-				i++
-			}
-		}
-	case AssignorRange:
-		// Per topic, member i of M (sorted by instance id) gets the
-		// partitions [i*P/M, (i+1)*P/M), as kafka-go's RangeGroupBalancer.
-		for _, t := range in.Topics {
-			for i, id := range ids {
-				for p := i * partitions / len(ids); p < (i+1)*partitions/len(ids); p++ {
-					perTopic[id][t] = append(perTopic[id][t], p)
+			for _, p := range ps {
+				if p < 0 || p >= partitions {
+					return planOutput{}, fmt.Errorf("group: plan: %s assigned partition %d of %q, outside [0, %d)", assignor.Name(), p, t, partitions)
 				}
 			}
+			perTopic[id][t] = ps
 		}
-	default:
-		return planOutput{}, fmt.Errorf("group: plan: unknown assignor %q", in.Assignor)
+	}
+	if plan.CountsMoves {
+		out.Moved = plan.Moved
 	}
 
 	out.Moved += honorRefusals(perTopic, in.Topics, ids, refusedBy(members, partitions))
@@ -196,7 +175,7 @@ func computePlan(in planInput) (planOutput, error) {
 		}
 		out.Tasks[id] = byTopic[in.Topics[0]]
 	}
-	if in.Assignor == AssignorRoundRobin || in.Assignor == AssignorRange {
+	if !plan.CountsMoves {
 		for p, o := range owners {
 			if o == 0 || table[o-1].InstanceID != prevOwner[p] {
 				out.Moved++

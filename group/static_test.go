@@ -13,8 +13,8 @@ import (
 
 // static makes a member that stops without LeaveGroup, with a session
 // timeout long enough for a restart.
-func static(owned func() []int) func(*Config, *Member) {
-	return func(cfg *Config, _ *Member) {
+func static(owned func() []int) func(*Config) {
+	return func(cfg *Config) {
 		cfg.LeaveOnShutdown = false
 		cfg.SessionTimeout = 6 * time.Second
 		cfg.HeartbeatInterval = 100 * time.Millisecond
@@ -101,9 +101,14 @@ func TestStaticStopAndRemoveMember(t *testing.T) {
 	if err := c.stop(t); err != nil {
 		t.Fatalf("static stop: %v", err)
 	}
-	time.Sleep(time.Second)
+	// Ten more heartbeats of each remaining member answered (a second at
+	// 100ms): any rebalance would have been reported by one of them.
+	ha, hb := a.net.Heartbeats(), b.net.Heartbeats()
+	waitFor(t, 5*time.Second, "ten more heartbeats of pod-a and pod-b", func() bool {
+		return a.net.Heartbeats() >= ha+10 && b.net.Heartbeats() >= hb+10
+	})
 	if cur, _ := a.Current(); cur.Generation != gen {
-		t.Fatalf("generation %d -> %d within a second of a static stop (session timeout 6s)", gen, cur.Generation)
+		t.Fatalf("generation %d -> %d after ten heartbeats following a static stop (session timeout 6s)", gen, cur.Generation)
 	}
 	removed := time.Now()
 	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 5 * time.Second}

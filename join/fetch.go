@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -143,21 +144,9 @@ func readBytes(b kafka.Bytes) ([]byte, error) {
 	return kafka.ReadAll(b)
 }
 
-// backoff returns the delay before retry n (from 0): exponential from
-// 100ms, capped at 5s.
-func backoff(n int) time.Duration {
-	d := 100 * time.Millisecond << min(n, 6)
-	return min(d, 5*time.Second)
-}
+// backoff returns the delay before retry n (from 0): internal/backoff's
+// default policy, 100ms doubling to 5s, jittered.
+func backoff(n int) time.Duration { return retry.Default.Delay(n) }
 
 // sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleep(ctx context.Context, d time.Duration) error { return retry.Sleep(ctx, d) }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/joiner-dev/joiner/internal/fielderr"
@@ -44,15 +45,11 @@ func (p *producer) write(ctx context.Context, msgs []kafka.Message) error {
 				len(failed), p.retryTimeout, summarize(errs))
 		}
 		p.retried += len(failed)
-		d := min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)
+		d := backoff.Default.Delay(attempt)
 		fmt.Fprintf(p.out, "loadgen: %d of %d records not acknowledged (%s); retrying in %s\n",
 			len(failed), len(msgs), summarize(countOf(causes)), d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, d); err != nil {
+			return err
 		}
 		msgs = failed
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/joiner-dev/joiner/internal/fielderr"
@@ -21,12 +21,8 @@ import (
 // DefaultStartupTimeout bounds how long New waits for Kafka at start.
 const DefaultStartupTimeout = 5 * time.Minute
 
-// Startup backoff: full jitter over an exponential from startupBackoffMin,
-// capped at startupBackoffMax.
-const (
-	startupBackoffMin = 250 * time.Millisecond
-	startupBackoffMax = 10 * time.Second
-)
+// startupBackoff spaces the attempts to reach Kafka at start.
+var startupBackoff = backoff.Policy{Min: 250 * time.Millisecond, Max: 10 * time.Second}
 
 // bootstrap waits until Kafka answers, creates the topics if asked and
 // checks co-partitioning. Unreachable brokers and retriable Kafka errors are
@@ -71,15 +67,11 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 			}
 		}
 		waiting.reason.Store(fmt.Sprintf("waiting for Kafka at %v: %v", n.cfg.Brokers, err))
-		d := min(jitter(attempt), timeout-elapsed)
+		d := min(startupBackoff.Delay(attempt), timeout-elapsed)
 		n.log.Warn("Kafka is not reachable; retrying", "brokers", n.cfg.Brokers, "attempt", attempt+1,
 			"retry_in", d.Round(time.Millisecond), "gives_up_in", (timeout - elapsed).Round(time.Second), "err", err)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, fmt.Errorf("stopped while waiting for Kafka at %v: %w", n.cfg.Brokers, ctx.Err())
-		case <-t.C:
+		if err := backoff.Sleep(ctx, d); err != nil {
+			return 0, fmt.Errorf("stopped while waiting for Kafka at %v: %w", n.cfg.Brokers, err)
 		}
 	}
 }
@@ -91,13 +83,6 @@ func (n *Node) checkTopics(ctx context.Context) (int, error) {
 		}
 	}
 	return CheckCopartitioned(ctx, n.client, n.cfg.Topics)
-}
-
-// jitter is the delay before retry n (from 0): uniform in [d/2, d] for d
-// doubling from startupBackoffMin, capped at startupBackoffMax.
-func jitter(n int) time.Duration {
-	d := min(startupBackoffMin<<min(n, 10), startupBackoffMax)
-	return d/2 + rand.N(d/2+1)
 }
 
 // retriable reports whether err means Kafka is not reachable (yet), rather

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/kafkasec"
 )
 
@@ -31,7 +32,7 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Symbols, "symbols", def.Symbols, "number of symbols")
 	fs.IntVar(&cfg.TicksPerSymbol, "ticks-per-symbol", def.TicksPerSymbol, "price ticks per symbol")
 	fs.IntVar(&cfg.NotificationsPerSymbol, "notifications-per-symbol", def.NotificationsPerSymbol, "notifications per symbol")
-	fs.StringVar(&cfg.Assignor, "assignor", def.Assignor, "leader's plan: copartition, roundrobin or range")
+	fs.StringVar(&cfg.Assignor, "assignor", def.Assignor, "leader's plan: "+group.AssignorList())
 	fs.DurationVar(&cfg.Timeout, "timeout", def.Timeout, "give up after this long")
 	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
 	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/statestore"
@@ -39,10 +40,10 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.CreateTopics, "create-topics", false, "create missing topics with --partitions partitions")
 	fs.IntVar(&cfg.Partitions, "partitions", 6, "partitions of topics created by --create-topics")
 	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 1, "replication factor of topics created by --create-topics")
-	fs.StringVar(&cfg.Assignor, "assignor", "copartition", "leader's plan: copartition, roundrobin or range")
-	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
-	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 30*time.Second, "group rebalance timeout; also bounds a clean leave")
-	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
+	fs.StringVar(&cfg.Assignor, "assignor", group.DefaultAssignor(), "leader's plan: "+group.AssignorList())
+	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", group.DefaultSessionTimeout, "group session timeout")
+	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", group.DefaultRebalanceTimeout, "group rebalance timeout; also bounds a clean leave")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", group.DefaultHeartbeatInterval, "group heartbeat interval")
 	fs.BoolVar(&cfg.LeaveOnShutdown, "leave-on-shutdown", false, "leave the group on SIGTERM so its tasks move at once (scale-down); by default a stopped worker keeps its place until the session timeout")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")

@@ -117,7 +117,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.nonEmpty("http-addr", cfg.HTTPAddr)
 	c.positive("partitions", int64(cfg.Partitions))
 	c.positive("replication-factor", int64(cfg.ReplicationFactor))
-	c.oneOf("assignor", cfg.Assignor, group.AssignorCopartition, group.AssignorRoundRobin, group.AssignorRange)
+	c.oneOf("assignor", cfg.Assignor, group.AssignorNames()...)
 	c.positiveDuration("session-timeout", cfg.SessionTimeout)
 	c.positiveDuration("rebalance-timeout", cfg.RebalanceTimeout)
 	c.positiveDuration("heartbeat-interval", cfg.HeartbeatInterval)
