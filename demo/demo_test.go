@@ -1,4 +1,4 @@
-package demo
+package demo_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
@@ -43,9 +45,9 @@ func TestSeed004(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.assignor, func(t *testing.T) {
 			t.Parallel()
-			cfg := DefaultConfig()
+			cfg := demo.DefaultConfig()
 			cfg.Assignor, cfg.Timeout, cfg.Logger = tt.assignor, time.Minute, testLogger(t)
-			rep, err := Run(context.Background(), cfg)
+			rep, err := demo.Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,9 +75,9 @@ func TestSeed004(t *testing.T) {
 
 func TestMoreWorkersThanPartitions(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := demo.DefaultConfig()
 	cfg.Workers, cfg.Partitions, cfg.Symbols, cfg.Timeout, cfg.Logger = 5, 3, 12, time.Minute, testLogger(t)
-	rep, err := Run(context.Background(), cfg)
+	rep, err := demo.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +96,8 @@ func TestMoreWorkersThanPartitions(t *testing.T) {
 // far.
 type harness struct {
 	t     *testing.T
-	b     *Broker
-	f     *Fleet
+	b     *demo.Broker
+	f     *testkit.Fleet
 	ids   []string
 	last  map[string]float64
 	round int
@@ -103,11 +105,11 @@ type harness struct {
 
 func newHarness(t *testing.T, partitions int) *harness {
 	t.Helper()
-	b, err := StartBroker(partitions)
+	b, err := demo.StartBroker(partitions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := NewFleet(b, t.TempDir(), node.Config{
+	f := testkit.NewFleet(b, t.TempDir(), node.Config{
 		SessionTimeout:    1500 * time.Millisecond,
 		HeartbeatInterval: 250 * time.Millisecond,
 		RebalanceTimeout:  5 * time.Second,
@@ -160,11 +162,11 @@ func (h *harness) produce(cfg loadgen.Config) loadgen.Summary {
 }
 
 // allAlerts waits until every notification produced has an alert.
-func (h *harness) allAlerts() *Alerts {
+func (h *harness) allAlerts() *testkit.Alerts {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a, err := h.b.CollectAlerts(ctx, func(a *Alerts) bool {
+	a, err := testkit.CollectAlerts(ctx, h.b, func(a *testkit.Alerts) bool {
 		for _, id := range h.ids {
 			if a.Count(id) == 0 {
 				return false
@@ -434,7 +436,7 @@ func TestMalformedRecordsAreDeadLettered(t *testing.T) {
 	h.allAlerts()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dead, err := h.b.CollectDeadLetters(ctx, func(d []DeadLetter) bool { return len(d) >= 5 })
+	dead, err := testkit.CollectDeadLetters(ctx, h.b, func(d []testkit.DeadLetter) bool { return len(d) >= 5 })
 	if err != nil {
 		t.Fatalf("dead letters: %v (have %v)", err, dead)
 	}
