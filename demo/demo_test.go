@@ -330,7 +330,8 @@ func TestScaleOutAndIn(t *testing.T) {
 
 // A worker that stops heartbeating without leaving: its tasks resume
 // elsewhere after the session timeout and every notification gets at
-// least one alert.
+// least one alert. The worker crashes while load flows: after a known
+// number of notifications were acknowledged, not after a sleep.
 func TestWorkerCrash(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 6)
@@ -338,31 +339,53 @@ func TestWorkerCrash(t *testing.T) {
 	gen := h.stable()
 	h.produce(loadgen.Config{Symbols: 30, TicksPerSymbol: 2, NotificationsPerSymbol: 2})
 
-	// Crash w3 while load is flowing.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(100 * time.Millisecond)
+	// Crash w3 once 50 of the next 150 notifications are acknowledged.
+	const notifications, crashAfter = 150, 50
+	w := loadgen.NewWriter(h.b.Addrs)
+	defer w.Close()
+	var crashedAt time.Time
+	crashed := testkit.AfterAcked(w, h.b.Topics.Notifications, crashAfter, func() {
+		crashedAt = time.Now()
 		if err := h.f.Crash("w3"); err != nil {
 			t.Error(err)
 		}
-	}()
-	h.produce(loadgen.Config{Symbols: 30, TicksPerSymbol: 1, NotificationsPerSymbol: 5, Rate: 500})
-	<-done
-	crashedAt := time.Now()
+	})
+	sum := h.produce(loadgen.Config{Writer: w, Symbols: 30, TicksPerSymbol: 1, NotificationsPerSymbol: notifications / 30, Rate: 500})
+	if !crashed() {
+		t.Fatalf("w3 was not crashed: fewer than %d of %d notifications acknowledged", crashAfter, sum.Notifications)
+	}
 	gen2 := h.stable()
-	t.Logf("w3's tasks resumed elsewhere %s after the crash (generation %d→%d); owners %v",
-		time.Since(crashedAt).Round(time.Millisecond), gen, gen2, h.f.Owners())
+	takeover := time.Since(crashedAt)
+	t.Logf("w3 crashed after %d of %d notifications were acknowledged; its tasks resumed elsewhere %s later (generation %d→%d); owners %v",
+		crashAfter, sum.Notifications, takeover.Round(time.Millisecond), gen, gen2, h.f.Owners())
+	// A crashed worker does not leave: the group notices only when its
+	// session expires, at least a session timeout after its last heartbeat
+	// (one heartbeat interval at most before the crash). A clean leave
+	// would let the others take over at once.
+	if floor := h.f.Template.SessionTimeout - h.f.Template.HeartbeatInterval; takeover < floor {
+		t.Errorf("w3's tasks were taken over %s after its crash, before its session (%s) could expire: it left the group instead of crashing",
+			takeover.Round(time.Millisecond), h.f.Template.SessionTimeout)
+	}
+	// Owners over every worker, the crashed one included: w3 is not in
+	// the generation that took its tasks over, and w1 and w2 own them all.
+	owners := h.f.Owners()
+	for p := range h.b.Partitions {
+		if o := owners[p]; o != "w1" && o != "w2" {
+			t.Errorf("task %d is owned by %q after the crash, want w1 or w2", p, o)
+		}
+	}
+	c, ok := h.f.Crashed()["w3"]
+	if !ok {
+		t.Fatalf("w3 is not among the crashed workers %v", h.f.Crashed())
+	}
+	if c.Generation >= gen2 {
+		t.Errorf("the crashed w3 reports generation %d (tasks %v), the group is at %d: it was not cut off", c.Generation, c.Tasks, gen2)
+	}
 	h.produce(loadgen.Config{Symbols: 30, TicksPerSymbol: 1, NotificationsPerSymbol: 2})
 	a := h.allAlerts()
 	t.Logf("%d notifications, %d alerts, %d duplicates after the crash", len(h.ids), a.Records, a.Duplicates())
 	if a.Distinct() < len(h.ids) {
 		t.Errorf("lost alerts: %d of %d notifications", a.Distinct(), len(h.ids))
-	}
-	for _, o := range h.f.Owners() {
-		if o == "w3" {
-			t.Errorf("w3 still owns tasks after its crash")
-		}
 	}
 }
 
@@ -421,33 +444,57 @@ func checkPrices(t *testing.T, h *harness) {
 	}
 }
 
+// Malformed ticks and notifications go to the dead-letter topic with
+// their reason and source, and the group commits past them. The expected
+// reason of each record is stated here, next to the record produced.
 func TestMalformedRecordsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 3)
 	h.start("w1", "w2")
 	h.stable()
+	market, notes := h.b.Topics.Market, h.b.Topics.Notifications
+	bad := []struct {
+		topic, value, reason string
+	}{
+		{market, `{"symbol":"BBCA","price":"high"}`, "wrong_type"},
+		{market, `{"price":12.5}`, "missing_field"},
+		{market, `{"symbol":"BBCA","price":12.5`, "invalid_json"},
+		{notes, `{"id":"bad-1","symbol":`, "invalid_json"},
+		{notes, `{"id":"bad-2"}`, "missing_field"},
+		{notes, `{"id":"bad-3","symbol":42}`, "wrong_type"},
+		{notes, `{"id":"bad-4","symbol":"BB CA"}`, "invalid_value"},
+		{notes, `not json`, "invalid_json"},
+	}
 	w := loadgen.NewWriter(h.b.Addrs)
 	defer w.Close()
-	badTick := kafka.Message{Topic: h.b.Topics.Market, Key: []byte("BBCA"), Value: []byte(`{"symbol":"BBCA","price":"high"}`)}
-	if err := w.WriteMessages(context.Background(), badTick); err != nil {
-		t.Fatal(err)
+	want := map[string]int{}
+	source := map[string]string{} // value → topic
+	for _, b := range bad {
+		want[b.reason]++
+		source[b.value] = b.topic
+		if err := w.WriteMessages(context.Background(), kafka.Message{Topic: b.topic, Key: []byte("BBCA"), Value: []byte(b.value)}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	h.produce(loadgen.Config{Symbols: 10, TicksPerSymbol: 1, NotificationsPerSymbol: 2, Malformed: 4})
+	h.produce(loadgen.Config{Symbols: 10, TicksPerSymbol: 1, NotificationsPerSymbol: 2})
 	h.allAlerts()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dead, err := testkit.CollectDeadLetters(ctx, h.b, func(d []testkit.DeadLetter) bool { return len(d) >= 5 })
+	dead, err := testkit.CollectDeadLetters(ctx, h.b, func(d []testkit.DeadLetter) bool { return len(d) >= len(bad) })
 	if err != nil {
 		t.Fatalf("dead letters: %v (have %v)", err, dead)
 	}
 	reasons := map[string]int{}
 	for _, d := range dead {
 		reasons[d.Reason]++
-		if d.Source == "" {
-			t.Errorf("dead letter %q has no source header", d.Value)
+		topic, ok := source[d.Value]
+		if !ok {
+			t.Errorf("dead letter %q (%s) is not one of the malformed records produced", d.Value, d.Reason)
+		}
+		if !strings.HasPrefix(d.Source, topic+"/") {
+			t.Errorf("dead letter %q has source %q, want %s/<partition>/<offset>", d.Value, d.Source, topic)
 		}
 	}
-	want := map[string]int{join.ReasonInvalidJSON: 2, join.ReasonMissingField: 1, join.ReasonWrongType: 2}
 	if fmt.Sprint(reasons) != fmt.Sprint(want) {
 		t.Errorf("dead-letter reasons = %v, want %v", reasons, want)
 	}

@@ -194,16 +194,18 @@ func (f *Fleet) Owners() map[int]string {
 	return out
 }
 
-// CrashedTasks maps each crashed worker, still winding down or gone, to
-// the tasks it reports holding now. A crashed worker that still reports
-// tasks has not noticed that it was cut off.
-func (f *Fleet) CrashedTasks() map[string][]int {
+// Crashed returns the stats of the workers crashed and not started
+// again, by instance: what each reports after it was cut off (its last
+// generation and tasks, its counts).
+func (f *Fleet) Crashed() map[string]join.Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string][]int{}
+	out := map[string]join.Stats{}
 	for _, r := range f.crashed {
 		s := r.Node.Worker().Stats()
-		out[s.Instance] = append(out[s.Instance], s.Tasks...)
+		if _, running := f.running[s.Instance]; !running {
+			out[s.Instance] = s
+		}
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
@@ -69,4 +70,46 @@ func Collect(ctx context.Context, r *TopicReader, each func(kafka.Record, []byte
 		}
 	}
 	return nil
+}
+
+// AfterAcked makes w run f once, in a goroutine of its own, as soon as
+// Kafka has acknowledged n messages of w to topic; it replaces w's
+// Completion. The returned wait blocks until f has returned, if it was
+// started, and reports whether it was. Tests use it to disturb workers
+// while load flows, after a known amount of it rather than after a sleep.
+func AfterAcked(w *kafka.Writer, topic string, n int, f func()) (wait func() bool) {
+	var (
+		mu      sync.Mutex
+		acked   int
+		started bool
+		done    = make(chan struct{})
+	)
+	w.Completion = func(msgs []kafka.Message, err error) {
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			if m.Topic == topic {
+				acked++
+			}
+		}
+		if !started && acked >= n {
+			started = true
+			go func() {
+				defer close(done)
+				f()
+			}()
+		}
+	}
+	return func() bool {
+		mu.Lock()
+		s := started
+		mu.Unlock()
+		if s {
+			<-done
+		}
+		return s
+	}
 }
