@@ -57,7 +57,10 @@ func TestOracle(t *testing.T) {
 		{name: "isolated-past-the-session", workers: []string{"w1", "w2", "w3"}, disturb: func(t *testing.T, f *testkit.Fleet, at func(float64)) {
 			at(0.3)
 			mustDo(t, f.Isolate("w3"))
-			time.Sleep(session + time.Second)
+			// Past the session, the group gives w3's tasks to w1 and w2.
+			waitUntil(t, 30*time.Second, "w1 and w2 to take w3's tasks over", func() bool {
+				return takenOver(f, "w3")
+			})
 			mustDo(t, f.Heal("w3"))
 		},
 			// Fenced: the isolated worker restarts its tasks from the
@@ -156,4 +159,22 @@ func startErr(_ *testkit.Running, err error) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	return nil
+}
+
+// takenOver reports whether the running workers other than gone share one
+// generation and own every task between them.
+func takenOver(f *testkit.Fleet, gone string) bool {
+	tasks := map[int]bool{}
+	gens := map[int32]bool{}
+	for name, n := range f.Workers() {
+		if name == gone {
+			continue
+		}
+		s := n.Worker().Stats()
+		gens[s.Generation] = true
+		for _, p := range s.Tasks {
+			tasks[p] = true
+		}
+	}
+	return len(gens) == 1 && len(tasks) == f.Broker.Partitions
 }
