@@ -19,7 +19,7 @@ import (
 )
 
 // Config configures a demo run. Start from DefaultConfig, which
-// reproduces seed 004's experiment: 4 workers, 6 partitions, 10 symbols ×
+// reproduces the four-worker experiment: 4 workers, 6 partitions, 10 symbols ×
 // 3 notifications.
 type Config struct {
 	// Brokers, when set, run the demo on that cluster (with topics and a
@@ -45,7 +45,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns seed 004's experiment.
+// DefaultConfig returns the four-worker experiment.
 func DefaultConfig() Config {
 	return Config{
 		Workers:                4,

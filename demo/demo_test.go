@@ -28,8 +28,9 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// seed 004: 4 pods, 6 partitions, 10 symbols × 3 notifications.
-func TestSeed004(t *testing.T) {
+// The four-worker experiment (`joiner demo`'s defaults): 4 workers, 6
+// partitions, 10 symbols × 3 notifications, with each assignor.
+func TestDemoFourWorkers(t *testing.T) {
 	tests := []struct {
 		assignor            string
 		local, remote, miss int64
@@ -39,7 +40,7 @@ func TestSeed004(t *testing.T) {
 		// market-p lands on member p%4 and notifications-p on (p+2)%4, so
 		// every price lives elsewhere and is looked up from its owner.
 		{"roundrobin", 0, 30, 0},
-		// range co-locates equal partition numbers (seed 002).
+		// range co-locates equal partition numbers.
 		{"range", 30, 0, 0},
 	}
 	for _, tt := range tests {

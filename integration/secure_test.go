@@ -139,7 +139,7 @@ func joiner(t *testing.T, timeout time.Duration, env []string, args ...string) (
 }
 
 // TestSecureDemo: `joiner demo --brokers <SASL_SSL>` with the TLS and SASL
-// flags gives seed 004's 30/30 local joins.
+// flags gives the four-worker experiment's 30/30 local joins.
 func TestSecureDemo(t *testing.T) {
 	s := requireSecure(t)
 	args := append([]string{"demo", "--brokers", strings.Join(s.brokers, ","), "--json", "--verbose", "--timeout", "2m"}, s.flags()...)
