@@ -39,8 +39,8 @@ const (
 )
 
 // Assign computes the active assignment of tasks 0..partitions-1 to members,
-// given the tasks each member owned before. It follows the recipe of seed 003
-// exactly, with P = partitions and M = len(members):
+// given the tasks each member owned before. It follows the sticky
+// co-partition recipe exactly, with P = partitions and M = len(members):
 //
 //  1. Targets. Every member's target is floor(P/M). The P mod M extra tasks
 //     go to the members that own the most tasks now (ties: smaller id).
@@ -74,7 +74,7 @@ func Assign(partitions int, members []string, previous map[string][]int) (Plan, 
 }
 
 // AssignExplain is Assign that also writes, to w, the steps it takes in the
-// style of seed 003's worked trace: the targets, the current ownership, the
+// style of the recipe's worked trace (docs/planner.md): the targets, the current ownership, the
 // orphans and unowned tasks, what each member sheds, the pool, one line per
 // fill decision with its reason, the result and the moved tasks. The text is
 // deterministic. Nothing is written when Assign would return an error. A

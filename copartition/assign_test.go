@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// The worked trace of seed 003: W crashed, Z is new.
-func TestSeed003Trace(t *testing.T) {
+// The recipe's worked trace (docs/planner.md): W crashed, Z is new.
+func TestAssignTraceMemberCrashedAndNew(t *testing.T) {
 	previous := map[string][]int{"W": {0, 1, 2}, "X": {3, 4, 5, 6}, "Y": {7, 8}}
 	var b strings.Builder
 	plan, err := AssignExplain(9, []string{"X", "Y", "Z"}, previous, &b)

@@ -80,7 +80,7 @@ func prevOwner(in input) (owner []string, ok []bool) {
 	return owner, ok
 }
 
-// reference follows seed 003 step by step, as literally and as slowly as
+// reference follows the sticky co-partition recipe step by step, as literally and as slowly as
 // possible: it shares no code with Assign.
 func reference(in input) Plan {
 	members := slices.Clone(in.members)

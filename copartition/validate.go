@@ -3,8 +3,8 @@
 // A task is a partition index p: the member that owns task p consumes
 // partition p of every topic in a co-partition group. Validate checks that the
 // topics of such a group can be joined partition by partition, and Assign
-// computes a balanced, sticky assignment of tasks to members by the recipe of
-// seed 003 (see Assign for the exact rules).
+// computes a balanced, sticky assignment of tasks to members by the sticky
+// co-partition recipe (see Assign for the exact rules).
 //
 // The package is pure: it imports no Kafka client and does no I/O except
 // writing an explanation to a caller-supplied io.Writer (AssignExplain).

@@ -14,7 +14,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"equal", map[string]int{"market": 6, "notifications": 6}, "", nil},
 		{"single topic", map[string]int{"market": 1}, "", nil},
-		{"seed 004", map[string]int{"notifications": 8, "market": 6},
+		{"more notifications than market partitions", map[string]int{"notifications": 8, "market": 6},
 			"not co-partitioned: market has 6 partitions, notifications has 8 (indexes 6..7 have no pair)", ErrNotCopartitioned},
 		{"one index without pair", map[string]int{"b": 7, "a": 6},
 			"not co-partitioned: a has 6 partitions, b has 7 (index 6 has no pair)", ErrNotCopartitioned},

@@ -1,15 +1,14 @@
 // Package demo runs joiner end to end in one process: an embedded Kafka
-// broker (kfake), several workers, and the load generator. `joiner demo`
-// prints its report; the tests use the same pieces to grow, shrink, crash
-// and restart workers.
+// broker (kfake) or an external cluster, several workers, and the load
+// generator; `joiner demo` prints its report. The tests grow, shrink,
+// crash and isolate workers with internal/testkit, which builds on the
+// Broker, WorkerConfig, WaitStable, Alerts and TopicReader defined here.
 package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -101,63 +100,14 @@ func (b *Broker) Close() {
 	_, _ = b.Client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{b.Topics.Market, b.Topics.Notifications, b.Topics.Alerts, b.Topics.DeadLetter}})
 }
 
-// Fleet starts and stops in-process workers against one broker. Each
-// worker has its own state dir under Dir and its own HTTP listener.
-type Fleet struct {
-	Broker *Broker
-	Dir    string
-	// Template configures every worker (assignor, timeouts, logger); the
-	// fleet sets the broker, group, topics, instance id, state dir, HTTP
-	// address and transport, sets LeaveOnShutdown (Stop leaves the group,
-	// Crash does not), and shortens the group timeouts left zero.
-	Template node.Config
-
-	mu      sync.Mutex
-	running map[string]*Running
-	// gone holds the workers stopped or crashed: their last stats, and
-	// the crashed ones still winding down.
-	gone    []join.Stats
-	crashed []*Running
-}
-
-// Running is one started worker.
-type Running struct {
-	Node   *node.Node
-	cancel context.CancelFunc
-	done   chan error
-	net    *cutter
-}
-
-// NewFleet returns a fleet keeping state under dir, starting workers
-// configured by template.
-func NewFleet(b *Broker, dir string, template node.Config) *Fleet {
-	return &Fleet{Broker: b, Dir: dir, Template: template, running: map[string]*Running{}}
-}
-
-// Start starts a worker with the given instance id. Its state dir is
-// Dir/<instance>, so a worker started again with the same id finds its
-// stores.
-func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
-	// A crashed worker of the same instance winds down first, as a killed
-	// process is gone before it restarts: it holds the state dir's stores.
-	f.mu.Lock()
-	var winding []*Running
-	for _, r := range f.crashed {
-		if r.Node.Worker().Stats().Instance == instance {
-			winding = append(winding, r)
-		}
-	}
-	f.mu.Unlock()
-	for _, r := range winding {
-		err := <-r.done
-		r.done <- err // for StopAll
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.running[instance]; ok {
-		return nil, fmt.Errorf("worker %s is already running", instance)
-	}
-	cfg := f.Template
+// WorkerConfig returns the configuration of worker instance on b: the
+// template (assignor, timeouts, logger) with the broker, group, topics,
+// transport (one per worker), instance id, state dir dir/<instance> and a loopback HTTP
+// listener set, LeaveOnShutdown on, and the group timeouts left zero
+// shortened for a one-process fleet. A worker started again with the same
+// instance and dir finds its stores.
+func WorkerConfig(b *Broker, dir, instance string, template node.Config) node.Config {
+	cfg := template
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -170,170 +120,62 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = 8 << 20
 	}
-	cut := &cutter{conns: map[net.Conn]struct{}{}}
-	tr := &kafka.Transport{Dial: cut.dial}
-	if sec := f.Broker.Transport; sec != nil {
+	// Each worker has its own transport (its own connections), with the
+	// cluster's TLS and SASL.
+	tr := &kafka.Transport{}
+	if sec := b.Transport; sec != nil {
 		tr.TLS, tr.SASL = sec.TLS, sec.SASL
 	}
 	cfg.Transport = tr
-	cfg.Brokers, cfg.Group, cfg.Topics = f.Broker.Addrs, f.Broker.Group, f.Broker.Topics
+	cfg.Brokers, cfg.Group, cfg.Topics = b.Addrs, b.Group, b.Topics
 	cfg.InstanceID = instance
-	cfg.LeaveOnShutdown = true // Stop leaves; Crash does not
-	cfg.StateDirs = []string{filepath.Join(f.Dir, instance)}
+	cfg.LeaveOnShutdown = true
+	cfg.StateDirs = []string{filepath.Join(dir, instance)}
 	cfg.HTTPAddr = "127.0.0.1:0"
-	n, err := node.New(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("starting worker %s: %w", instance, err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	r := &Running{Node: n, cancel: cancel, done: make(chan error, 1), net: cut}
-	go func() { r.done <- n.Run(rctx) }()
-	f.running[instance] = r
-	return r, nil
+	return cfg
 }
 
-// Stop stops a worker cleanly (it leaves the group) and waits for it.
-func (f *Fleet) Stop(instance string) error {
-	f.mu.Lock()
-	r, ok := f.running[instance]
-	delete(f.running, instance)
-	f.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("worker %s is not running", instance)
-	}
-	r.cancel()
-	err := <-r.done
-	f.mu.Lock()
-	f.gone = append(f.gone, r.Node.Worker().Stats())
-	f.mu.Unlock()
-	return err
+// fleet is the demo's workers: started together, stopped together.
+type fleet struct {
+	b       *Broker
+	workers map[string]*node.Node
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
-// Crash cuts a worker off the broker without leaving the group, as a
-// killed process or a network partition would: its heartbeats, commits
-// and leave fail, so the group only notices after the session timeout.
-func (f *Fleet) Crash(instance string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r, ok := f.running[instance]
-	if !ok {
-		return fmt.Errorf("worker %s is not running", instance)
-	}
-	delete(f.running, instance)
-	r.net.cut()
-	r.cancel()
-	f.crashed = append(f.crashed, r)
-	return nil
-}
-
-// Isolate cuts a running worker off the broker and keeps it running, as a
-// paused process (SIGSTOP) or a network partition would: it cannot
-// heartbeat, fetch, write or commit until Heal. Past the session timeout
-// the group gives its tasks to others.
-func (f *Fleet) Isolate(instance string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r, ok := f.running[instance]
-	if !ok {
-		return fmt.Errorf("worker %s is not running", instance)
-	}
-	r.net.cut()
-	return nil
-}
-
-// Heal reconnects a worker cut off by Isolate.
-func (f *Fleet) Heal(instance string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r, ok := f.running[instance]
-	if !ok {
-		return fmt.Errorf("worker %s is not running", instance)
-	}
-	r.net.heal()
-	return nil
-}
-
-// Totals sums the stats of every worker this fleet ever started.
-func (f *Fleet) Totals() join.Stats {
-	var t join.Stats
-	add := func(s join.Stats) {
-		t.Local += s.Local
-		t.Remote += s.Remote
-		t.Miss += s.Miss
-		t.RestoredRecords += s.RestoredRecords
-		t.Restores += s.Restores
-		t.MovedTotal += s.MovedTotal
-	}
-	for _, n := range f.Workers() {
-		add(n.Worker().Stats())
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, s := range f.gone {
-		add(s)
-	}
-	for _, r := range f.crashed {
-		add(r.Node.Worker().Stats())
-	}
-	return t
-}
-
-// Owners maps each task to the instance processing it now.
-func (f *Fleet) Owners() map[int]string {
-	out := map[int]string{}
-	for name, n := range f.Workers() {
-		for _, p := range n.Worker().Stats().Tasks {
-			out[p] = name
-		}
-	}
-	return out
-}
-
-// StopAll stops every worker.
-func (f *Fleet) StopAll() error {
-	f.mu.Lock()
-	names := make([]string, 0, len(f.running))
-	for name := range f.running {
-		names = append(names, name)
-	}
-	f.mu.Unlock()
-	var errs []error
+// startFleet starts one worker per name, each configured by WorkerConfig.
+// The caller stops them with stop.
+func startFleet(ctx context.Context, b *Broker, dir string, template node.Config, names []string) (*fleet, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &fleet{b: b, workers: map[string]*node.Node{}, cancel: cancel}
 	for _, name := range names {
-		errs = append(errs, f.Stop(name))
+		n, err := node.New(ctx, WorkerConfig(b, dir, name, template))
+		if err != nil {
+			f.stop()
+			return nil, fmt.Errorf("starting worker %s: %w", name, err)
+		}
+		f.workers[name] = n
+		f.wg.Go(func() { _ = n.Run(ctx) })
 	}
-	f.mu.Lock()
-	crashed := f.crashed
-	f.crashed = nil
-	f.mu.Unlock()
-	for _, r := range crashed {
-		<-r.done // its error is expected: it was cut off
-		f.mu.Lock()
-		f.gone = append(f.gone, r.Node.Worker().Stats())
-		f.mu.Unlock()
-	}
-	return errors.Join(errs...)
+	return f, nil
 }
 
-// Workers returns the running workers' nodes.
-func (f *Fleet) Workers() map[string]*node.Node {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]*node.Node, len(f.running))
-	for name, r := range f.running {
-		out[name] = r.Node
-	}
-	return out
+// stop stops every worker (each leaves the group) and waits for them.
+func (f *fleet) stop() {
+	f.cancel()
+	f.wg.Wait()
 }
 
-// WaitStable waits until the running workers share one generation, every
-// partition of both topics is assigned exactly once among them, and every
-// worker is ready (its tasks restored). It returns that generation.
-func (f *Fleet) WaitStable(ctx context.Context, timeout time.Duration) (int32, error) {
+// WaitStable waits until the workers returned by workers share one
+// generation, every one of the partitions of both topics is assigned
+// exactly once among them, and every worker is ready (its tasks restored).
+// It returns that generation.
+func WaitStable(ctx context.Context, timeout time.Duration, partitions int, workers func() map[string]*node.Node) (int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last string
 	for {
-		gen, why := f.stable()
+		gen, why := stable(workers(), partitions)
 		if why == "" {
 			return gen, nil
 		}
@@ -346,8 +188,7 @@ func (f *Fleet) WaitStable(ctx context.Context, timeout time.Duration) (int32, e
 	}
 }
 
-func (f *Fleet) stable() (int32, string) {
-	nodes := f.Workers()
+func stable(nodes map[string]*node.Node, partitions int) (int32, string) {
 	if len(nodes) == 0 {
 		return 0, "no workers"
 	}
@@ -367,8 +208,8 @@ func (f *Fleet) stable() (int32, string) {
 		seen["m"] = append(seen["m"], s.StateTasks...)
 	}
 	for _, k := range []string{"n", "m"} {
-		if len(seen[k]) != f.Broker.Partitions {
-			return 0, fmt.Sprintf("%d of %d partitions assigned", len(seen[k]), f.Broker.Partitions)
+		if len(seen[k]) != partitions {
+			return 0, fmt.Sprintf("%d of %d partitions assigned", len(seen[k]), partitions)
 		}
 		count := map[int]int{}
 		for _, p := range seen[k] {
@@ -418,13 +259,6 @@ func (a *Alerts) add(value []byte) {
 		a.distinct.Add(1)
 	}
 	a.counts[h]++
-}
-
-// CollectAlerts reads the alerts topic until done reports true for what
-// was read or ctx ends.
-func (b *Broker) CollectAlerts(ctx context.Context, done func(*Alerts) bool) (*Alerts, error) {
-	a := NewAlerts()
-	return a, b.CollectAlertsInto(ctx, a, false, done)
 }
 
 // CollectAlertsInto reads the alerts topic into a until done reports true
@@ -481,23 +315,6 @@ func (b *Broker) trim(ctx context.Context, alertsRead []int64) {
 	}
 }
 
-func (b *Broker) collect(ctx context.Context, topic string, each func(kafka.Record, []byte), done func() bool) error {
-	r := NewTopicReader(b.Client, topic, b.Partitions)
-	for !done() {
-		n, err := r.Poll(ctx, each)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	return nil
-}
-
 // TopicReader reads every partition of a topic from its start, in order
 // within each partition. Tests and the demo use it to read what the
 // workers wrote.
@@ -540,84 +357,4 @@ func (r *TopicReader) Poll(ctx context.Context, each func(rec kafka.Record, valu
 		}
 	}
 	return got, nil
-}
-
-// DeadLetter is one record of the dead-letter topic.
-type DeadLetter struct {
-	Reason string
-	Source string
-	Value  string
-}
-
-// CollectDeadLetters reads the dead-letter topic until done reports true.
-func (b *Broker) CollectDeadLetters(ctx context.Context, done func([]DeadLetter) bool) ([]DeadLetter, error) {
-	var out []DeadLetter
-	err := b.collect(ctx, b.Topics.DeadLetter, func(rec kafka.Record, value []byte) {
-		d := DeadLetter{Value: string(value)}
-		for _, h := range rec.Headers {
-			switch h.Key {
-			case "joiner-dead-letter-reason":
-				d.Reason = string(h.Value)
-			case "joiner-source":
-				d.Source = string(h.Value)
-			}
-		}
-		out = append(out, d)
-	}, func() bool { return done(out) })
-	return out, err
-}
-
-// cutter dials the broker for one worker and can cut it off: every open
-// connection is closed and new dials fail.
-type cutter struct {
-	mu    sync.Mutex
-	off   bool
-	conns map[net.Conn]struct{}
-}
-
-var errCut = errors.New("demo: worker cut off from the broker")
-
-func (c *cutter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.off {
-		return nil, errCut
-	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	c.conns[conn] = struct{}{}
-	return &trackedConn{Conn: conn, c: c}, nil
-}
-
-// trackedConn forgets itself when closed.
-type trackedConn struct {
-	net.Conn
-	c *cutter
-}
-
-func (t *trackedConn) Close() error {
-	t.c.mu.Lock()
-	delete(t.c.conns, t.Conn)
-	t.c.mu.Unlock()
-	return t.Conn.Close()
-}
-
-func (c *cutter) cut() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.off = true
-	for conn := range c.conns {
-		_ = conn.Close()
-	}
-	c.conns = map[net.Conn]struct{}{}
-}
-
-// heal lets new dials through again.
-func (c *cutter) heal() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.off = false
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // Config configures a demo run. Start from DefaultConfig, which
-// reproduces seed 004's experiment: 4 workers, 6 partitions, 10 symbols ×
+// reproduces the four-worker experiment: 4 workers, 6 partitions, 10 symbols ×
 // 3 notifications.
 type Config struct {
 	// Brokers, when set, run the demo on that cluster (with topics and a
@@ -47,7 +47,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns seed 004's experiment.
+// DefaultConfig returns the four-worker experiment.
 func DefaultConfig() Config {
 	return Config{
 		Workers:                4,
@@ -160,19 +160,19 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	say("%s at %s; topics %s, %s, %s, %s with %d partitions", where, strings.Join(b.Addrs, ","),
 		b.Topics.Market, b.Topics.Notifications, b.Topics.Alerts, b.Topics.DeadLetter, cfg.Partitions)
 
-	f := NewFleet(b, dir, node.Config{Assignor: cfg.Assignor, Logger: cfg.Logger})
-	defer f.StopAll()
 	names := make([]string, cfg.Workers)
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%d", i+1)
-		if _, err := f.Start(ctx, names[i]); err != nil {
-			return Report{}, err
-		}
 	}
+	f, err := startFleet(ctx, b, dir, node.Config{Assignor: cfg.Assignor, Logger: cfg.Logger}, names)
+	if err != nil {
+		return Report{}, err
+	}
+	defer f.stop()
 	hb.setStatus(func() string {
 		return fmt.Sprintf("waiting for %d workers to form a stable group (%s)", cfg.Workers, time.Since(began).Round(time.Second))
 	})
-	gen, err := f.WaitStable(ctx, cfg.Timeout)
+	gen, err := WaitStable(ctx, cfg.Timeout, b.Partitions, func() map[string]*node.Node { return f.workers })
 	if err != nil {
 		return Report{}, err
 	}
@@ -306,9 +306,9 @@ func (h *heartbeat) start() (stop func()) {
 
 func (r Report) total() int64 { return r.Joins.Local + r.Joins.Remote + r.Joins.Miss }
 
-func (f *Fleet) report(cfg Config, notifications, alerts int) Report {
+func (f *fleet) report(cfg Config, notifications, alerts int) Report {
 	rep := Report{Workers: cfg.Workers, Partitions: cfg.Partitions, Notifications: notifications, Alerts: alerts, PerWorker: []WorkerReport{}}
-	for _, n := range f.Workers() {
+	for _, n := range f.workers {
 		s := n.Worker().Stats()
 		tasks := s.Tasks
 		if tasks == nil {

@@ -1,4 +1,4 @@
-package demo
+package demo_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
@@ -26,8 +28,9 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// seed 004: 4 pods, 6 partitions, 10 symbols × 3 notifications.
-func TestSeed004(t *testing.T) {
+// The four-worker experiment (`joiner demo`'s defaults): 4 workers, 6
+// partitions, 10 symbols × 3 notifications, with each assignor.
+func TestDemoFourWorkers(t *testing.T) {
 	tests := []struct {
 		assignor            string
 		local, remote, miss int64
@@ -37,15 +40,15 @@ func TestSeed004(t *testing.T) {
 		// market-p lands on member p%4 and notifications-p on (p+2)%4, so
 		// every price lives elsewhere and is looked up from its owner.
 		{"roundrobin", 0, 30, 0},
-		// range co-locates equal partition numbers (seed 002).
+		// range co-locates equal partition numbers.
 		{"range", 30, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.assignor, func(t *testing.T) {
 			t.Parallel()
-			cfg := DefaultConfig()
+			cfg := demo.DefaultConfig()
 			cfg.Assignor, cfg.Timeout, cfg.Logger = tt.assignor, time.Minute, testLogger(t)
-			rep, err := Run(context.Background(), cfg)
+			rep, err := demo.Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,9 +76,9 @@ func TestSeed004(t *testing.T) {
 
 func TestMoreWorkersThanPartitions(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := demo.DefaultConfig()
 	cfg.Workers, cfg.Partitions, cfg.Symbols, cfg.Timeout, cfg.Logger = 5, 3, 12, time.Minute, testLogger(t)
-	rep, err := Run(context.Background(), cfg)
+	rep, err := demo.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +97,8 @@ func TestMoreWorkersThanPartitions(t *testing.T) {
 // far.
 type harness struct {
 	t     *testing.T
-	b     *Broker
-	f     *Fleet
+	b     *demo.Broker
+	f     *testkit.Fleet
 	ids   []string
 	last  map[string]float64
 	round int
@@ -103,11 +106,11 @@ type harness struct {
 
 func newHarness(t *testing.T, partitions int) *harness {
 	t.Helper()
-	b, err := StartBroker(partitions)
+	b, err := demo.StartBroker(partitions)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := NewFleet(b, t.TempDir(), node.Config{
+	f := testkit.NewFleet(b, t.TempDir(), node.Config{
 		SessionTimeout:    1500 * time.Millisecond,
 		HeartbeatInterval: 250 * time.Millisecond,
 		RebalanceTimeout:  5 * time.Second,
@@ -160,11 +163,11 @@ func (h *harness) produce(cfg loadgen.Config) loadgen.Summary {
 }
 
 // allAlerts waits until every notification produced has an alert.
-func (h *harness) allAlerts() *Alerts {
+func (h *harness) allAlerts() *testkit.Alerts {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a, err := h.b.CollectAlerts(ctx, func(a *Alerts) bool {
+	a, err := testkit.CollectAlerts(ctx, h.b, func(a *testkit.Alerts) bool {
 		for _, id := range h.ids {
 			if a.Count(id) == 0 {
 				return false
@@ -328,7 +331,8 @@ func TestScaleOutAndIn(t *testing.T) {
 
 // A worker that stops heartbeating without leaving: its tasks resume
 // elsewhere after the session timeout and every notification gets at
-// least one alert.
+// least one alert. The worker crashes while load flows: after a known
+// number of notifications were acknowledged, not after a sleep.
 func TestWorkerCrash(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 6)
@@ -336,31 +340,54 @@ func TestWorkerCrash(t *testing.T) {
 	gen := h.stable()
 	h.produce(loadgen.Config{Symbols: 30, TicksPerSymbol: 2, NotificationsPerSymbol: 2})
 
-	// Crash w3 while load is flowing.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(100 * time.Millisecond)
+	// Crash w3 once 50 of the next 150 notifications are acknowledged.
+	const notifications, crashAfter = 150, 50
+	w := loadgen.NewWriter(h.b.Addrs)
+	defer w.Close()
+	var crashedAt time.Time
+	crashed := testkit.AfterAcked(w, h.b.Topics.Notifications, crashAfter, func() {
+		crashedAt = time.Now()
 		if err := h.f.Crash("w3"); err != nil {
 			t.Error(err)
 		}
-	}()
-	h.produce(loadgen.Config{Symbols: 30, TicksPerSymbol: 1, NotificationsPerSymbol: 5, Rate: 500})
-	<-done
-	crashedAt := time.Now()
+	})
+	sum := h.produce(loadgen.Config{Writer: w, Symbols: 30, TicksPerSymbol: 1, NotificationsPerSymbol: notifications / 30, Rate: 500})
+	if !crashed() {
+		t.Fatalf("w3 was not crashed: fewer than %d of %d notifications acknowledged", crashAfter, sum.Notifications)
+	}
 	gen2 := h.stable()
-	t.Logf("w3's tasks resumed elsewhere %s after the crash (generation %d→%d); owners %v",
-		time.Since(crashedAt).Round(time.Millisecond), gen, gen2, h.f.Owners())
+	takeover := time.Since(crashedAt)
+	t.Logf("w3 crashed after %d of %d notifications were acknowledged; its tasks resumed elsewhere %s later (generation %d→%d); owners %v",
+		crashAfter, sum.Notifications, takeover.Round(time.Millisecond), gen, gen2, h.f.Owners())
+	// A crashed worker does not leave: the group notices only when its
+	// session expires, a session timeout after its last heartbeat, which
+	// was one heartbeat interval (a few, if heartbeats were late) before
+	// the crash. A clean leave lets the others take over at once (about
+	// 250ms here). Half the session timeout tells the two apart.
+	if floor := h.f.Template.SessionTimeout / 2; takeover < floor {
+		t.Errorf("w3's tasks were taken over %s after its crash, before its session (%s) could expire: it left the group instead of crashing",
+			takeover.Round(time.Millisecond), h.f.Template.SessionTimeout)
+	}
+	// Owners over every worker, the crashed one included: w3 is not in
+	// the generation that took its tasks over, and w1 and w2 own them all.
+	owners := h.f.Owners()
+	for p := range h.b.Partitions {
+		if o := owners[p]; o != "w1" && o != "w2" {
+			t.Errorf("task %d is owned by %q after the crash, want w1 or w2", p, o)
+		}
+	}
+	c, ok := h.f.Crashed()["w3"]
+	if !ok {
+		t.Fatalf("w3 is not among the crashed workers %v", h.f.Crashed())
+	}
+	if c.Generation >= gen2 {
+		t.Errorf("the crashed w3 reports generation %d (tasks %v), the group is at %d: it was not cut off", c.Generation, c.Tasks, gen2)
+	}
 	h.produce(loadgen.Config{Symbols: 30, TicksPerSymbol: 1, NotificationsPerSymbol: 2})
 	a := h.allAlerts()
 	t.Logf("%d notifications, %d alerts, %d duplicates after the crash", len(h.ids), a.Records, a.Duplicates())
 	if a.Distinct() < len(h.ids) {
 		t.Errorf("lost alerts: %d of %d notifications", a.Distinct(), len(h.ids))
-	}
-	for _, o := range h.f.Owners() {
-		if o == "w3" {
-			t.Errorf("w3 still owns tasks after its crash")
-		}
 	}
 }
 
@@ -419,33 +446,57 @@ func checkPrices(t *testing.T, h *harness) {
 	}
 }
 
+// Malformed ticks and notifications go to the dead-letter topic with
+// their reason and source, and the group commits past them. The expected
+// reason of each record is stated here, next to the record produced.
 func TestMalformedRecordsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 3)
 	h.start("w1", "w2")
 	h.stable()
+	market, notes := h.b.Topics.Market, h.b.Topics.Notifications
+	bad := []struct {
+		topic, value, reason string
+	}{
+		{market, `{"symbol":"BBCA","price":"high"}`, "wrong_type"},
+		{market, `{"price":12.5}`, "missing_field"},
+		{market, `{"symbol":"BBCA","price":12.5`, "invalid_json"},
+		{notes, `{"id":"bad-1","symbol":`, "invalid_json"},
+		{notes, `{"id":"bad-2"}`, "missing_field"},
+		{notes, `{"id":"bad-3","symbol":42}`, "wrong_type"},
+		{notes, `{"id":"bad-4","symbol":"BB CA"}`, "invalid_value"},
+		{notes, `not json`, "invalid_json"},
+	}
 	w := loadgen.NewWriter(h.b.Addrs)
 	defer w.Close()
-	badTick := kafka.Message{Topic: h.b.Topics.Market, Key: []byte("BBCA"), Value: []byte(`{"symbol":"BBCA","price":"high"}`)}
-	if err := w.WriteMessages(context.Background(), badTick); err != nil {
-		t.Fatal(err)
+	want := map[string]int{}
+	source := map[string]string{} // value → topic
+	for _, b := range bad {
+		want[b.reason]++
+		source[b.value] = b.topic
+		if err := w.WriteMessages(context.Background(), kafka.Message{Topic: b.topic, Key: []byte("BBCA"), Value: []byte(b.value)}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	h.produce(loadgen.Config{Symbols: 10, TicksPerSymbol: 1, NotificationsPerSymbol: 2, Malformed: 4})
+	h.produce(loadgen.Config{Symbols: 10, TicksPerSymbol: 1, NotificationsPerSymbol: 2})
 	h.allAlerts()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dead, err := h.b.CollectDeadLetters(ctx, func(d []DeadLetter) bool { return len(d) >= 5 })
+	dead, err := testkit.CollectDeadLetters(ctx, h.b, func(d []testkit.DeadLetter) bool { return len(d) >= len(bad) })
 	if err != nil {
 		t.Fatalf("dead letters: %v (have %v)", err, dead)
 	}
 	reasons := map[string]int{}
 	for _, d := range dead {
 		reasons[d.Reason]++
-		if d.Source == "" {
-			t.Errorf("dead letter %q has no source header", d.Value)
+		topic, ok := source[d.Value]
+		if !ok {
+			t.Errorf("dead letter %q (%s) is not one of the malformed records produced", d.Value, d.Reason)
+		}
+		if !strings.HasPrefix(d.Source, topic+"/") {
+			t.Errorf("dead letter %q has source %q, want %s/<partition>/<offset>", d.Value, d.Source, topic)
 		}
 	}
-	want := map[string]int{join.ReasonInvalidJSON: 2, join.ReasonMissingField: 1, join.ReasonWrongType: 2}
 	if fmt.Sprint(reasons) != fmt.Sprint(want) {
 		t.Errorf("dead-letter reasons = %v, want %v", reasons, want)
 	}

@@ -1,4 +1,4 @@
-package demo
+package demo_test
 
 // Fault-injection tests on the embedded broker (issue 8): each asserts
 // what must happen, and from the alerts topic that no alert was lost and
@@ -21,6 +21,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
@@ -98,7 +99,7 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 
 // checkAlerts asserts from the alerts topic that every notification of the
 // harness has an alert and none is a miss for a symbol with a price.
-func checkAlerts(t *testing.T, h *harness) *Alerts {
+func checkAlerts(t *testing.T, h *harness) *testkit.Alerts {
 	t.Helper()
 	a := h.allAlerts()
 	r := oracle.NewAlertReader(h.b.Client, h.b.Topics.Alerts, h.b.Partitions)

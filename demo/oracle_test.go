@@ -1,4 +1,4 @@
-package demo
+package demo_test
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/node"
 )
 
@@ -24,7 +26,7 @@ func TestOracle(t *testing.T) {
 		workers  []string
 		// disturb runs while the load flows; at(f) waits until a share f of
 		// the rounds was produced.
-		disturb func(t *testing.T, f *Fleet, at func(float64))
+		disturb func(t *testing.T, f *testkit.Fleet, at func(float64))
 		// noDuplicates: no alert may be written twice.
 		noDuplicates bool
 		// maxDuplicates, when set, bounds the duplicates.
@@ -34,7 +36,7 @@ func TestOracle(t *testing.T) {
 		// With 4 members and 6 partitions, roundrobin puts market-p on member
 		// p%4 and notifications-p on (p+2)%4: every priced join is remote.
 		{name: "roundrobin", assignor: "roundrobin", workers: []string{"w1", "w2", "w3", "w4"}, noDuplicates: true},
-		{name: "scale-out-and-in", workers: []string{"w1", "w2"}, disturb: func(t *testing.T, f *Fleet, at func(float64)) {
+		{name: "scale-out-and-in", workers: []string{"w1", "w2"}, disturb: func(t *testing.T, f *testkit.Fleet, at func(float64)) {
 			at(0.2)
 			mustDo(t, startErr(f.Start(context.Background(), "w3")))
 			at(0.4)
@@ -44,7 +46,7 @@ func TestOracle(t *testing.T) {
 			at(0.8)
 			mustDo(t, f.Stop("w4"))
 		}},
-		{name: "crash-and-restart", workers: []string{"w1", "w2", "w3"}, disturb: func(t *testing.T, f *Fleet, at func(float64)) {
+		{name: "crash-and-restart", workers: []string{"w1", "w2", "w3"}, disturb: func(t *testing.T, f *testkit.Fleet, at func(float64)) {
 			at(0.3)
 			mustDo(t, f.Crash("w2"))
 			time.Sleep(session / 2)
@@ -52,10 +54,13 @@ func TestOracle(t *testing.T) {
 			// expired: it takes its tasks back and restores from its store.
 			mustDo(t, startErr(f.Start(context.Background(), "w2")))
 		}},
-		{name: "isolated-past-the-session", workers: []string{"w1", "w2", "w3"}, disturb: func(t *testing.T, f *Fleet, at func(float64)) {
+		{name: "isolated-past-the-session", workers: []string{"w1", "w2", "w3"}, disturb: func(t *testing.T, f *testkit.Fleet, at func(float64)) {
 			at(0.3)
 			mustDo(t, f.Isolate("w3"))
-			time.Sleep(session + time.Second)
+			// Past the session, the group gives w3's tasks to w1 and w2.
+			waitUntil(t, 30*time.Second, "w1 and w2 to take w3's tasks over", func() bool {
+				return takenOver(f, "w3")
+			})
 			mustDo(t, f.Heal("w3"))
 		},
 			// Fenced: the isolated worker restarts its tasks from the
@@ -69,11 +74,11 @@ func TestOracle(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			b, err := StartBroker(6)
+			b, err := demo.StartBroker(6)
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := NewFleet(b, t.TempDir(), node.Config{
+			f := testkit.NewFleet(b, t.TempDir(), node.Config{
 				Assignor:          sc.assignor,
 				SessionTimeout:    session,
 				HeartbeatInterval: 250 * time.Millisecond,
@@ -149,9 +154,27 @@ func mustDo(t *testing.T, err error) {
 	}
 }
 
-func startErr(_ *Running, err error) error {
+func startErr(_ *testkit.Running, err error) error {
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	return nil
+}
+
+// takenOver reports whether the running workers other than gone share one
+// generation and own every task between them.
+func takenOver(f *testkit.Fleet, gone string) bool {
+	tasks := map[int]bool{}
+	gens := map[int32]bool{}
+	for name, n := range f.Workers() {
+		if name == gone {
+			continue
+		}
+		s := n.Worker().Stats()
+		gens[s.Generation] = true
+		for _, p := range s.Tasks {
+			tasks[p] = true
+		}
+	}
+	return len(gens) == 1 && len(tasks) == f.Broker.Partitions
 }

@@ -1,4 +1,4 @@
-package demo
+package demo_test
 
 import (
 	"bytes"
@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
@@ -66,11 +68,11 @@ func TestSecureFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := UseBrokers(ctx, []string{sb.Addr}, 6, 1, tr)
+	b, err := demo.UseBrokers(ctx, []string{sb.Addr}, 6, 1, tr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := NewFleet(b, t.TempDir(), node.Config{
+	f := testkit.NewFleet(b, t.TempDir(), node.Config{
 		Assignor:      "roundrobin",
 		PeerTokenFile: tokenFile,
 		HTTPCertFile:  httpCert,

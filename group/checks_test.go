@@ -15,7 +15,7 @@ func TestPlanUnequalCountsPlansPairedTasks(t *testing.T) {
 		{"market": 6, "notifications": 8},
 		{"market": 9, "notifications": 6},
 	} {
-		in := planInput{Assignor: AssignorCopartition, Topics: seed004.Topics, Counts: counts, Leader: "pod-0",
+		in := planInput{Assignor: AssignorCopartition, Topics: fourMembersSixPartitions.Topics, Counts: counts, Leader: "pod-0",
 			Members: members(2, map[string][]int{"pod-0": {0, 1, 2}, "pod-1": {3, 4, 5}})}
 		out, err := computePlan(in)
 		if err != nil || out.Err != nil {
@@ -63,7 +63,7 @@ func TestPlanExcludesForeignMembers(t *testing.T) {
 		joinMember("m-3", "pod-3", []string{"notifications", "market"}, newer),
 		joinMember("m-4", "pod-4", []string{"market", "notifications"}, []byte{0, 1}),
 	})
-	out, err := computePlan(planInput{Assignor: AssignorCopartition, Topics: seed004.Topics, Counts: seed004.Counts, Leader: "pod-0", Members: jm})
+	out, err := computePlan(planInput{Assignor: AssignorCopartition, Topics: fourMembersSixPartitions.Topics, Counts: fourMembersSixPartitions.Counts, Leader: "pod-0", Members: jm})
 	if err != nil || out.Err != nil {
 		t.Fatal(err, out.Err)
 	}
@@ -102,7 +102,7 @@ func TestPlanHonorsRefusedTasks(t *testing.T) {
 	ms := members(2, map[string][]int{"pod-0": {0, 1, 2}, "pod-1": {3, 4, 5}})
 	ms[0].Sub.Refused = []int{1, 4}
 	ms[1].Sub.Refused = []int{4}
-	out, err := computePlan(planInput{Assignor: AssignorCopartition, Topics: seed004.Topics, Counts: seed004.Counts, Leader: "pod-0", Members: ms})
+	out, err := computePlan(planInput{Assignor: AssignorCopartition, Topics: fourMembersSixPartitions.Topics, Counts: fourMembersSixPartitions.Counts, Leader: "pod-0", Members: ms})
 	if err != nil || out.Err != nil {
 		t.Fatal(err, out.Err)
 	}
@@ -145,7 +145,7 @@ func TestPlanHonorsRefusedTasksRoundRobin(t *testing.T) {
 	ms[0].Sub.Refused = []int{0, 1, 2, 3, 4}
 	// 5 partitions: the flat list deals pod-0 market 0,2,4 and
 	// notifications 1,3.
-	in := planInput{Assignor: AssignorRoundRobin, Topics: seed004.Topics, Counts: map[string]int{"market": 5, "notifications": 5}, Leader: "pod-0", Members: ms}
+	in := planInput{Assignor: AssignorRoundRobin, Topics: fourMembersSixPartitions.Topics, Counts: map[string]int{"market": 5, "notifications": 5}, Leader: "pod-0", Members: ms}
 	out, err := computePlan(in)
 	if err != nil || out.Err != nil {
 		t.Fatal(err, out.Err)

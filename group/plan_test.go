@@ -26,7 +26,7 @@ func members(n int, owned map[string][]int) []joinedMember {
 	return out
 }
 
-var seed004 = planInput{
+var fourMembersSixPartitions = planInput{
 	Topics: []string{"market", "notifications"},
 	Counts: map[string]int{"market": 6, "notifications": 6},
 	Leader: "pod-0",
@@ -66,7 +66,7 @@ func ownersByTopic(t *testing.T, in planInput, out planOutput) map[string][]stri
 	return owners
 }
 
-func TestPlanSeed004(t *testing.T) {
+func TestPlanFourMembersSixPartitions(t *testing.T) {
 	for _, tc := range []struct {
 		assignor  string
 		colocated bool
@@ -76,7 +76,7 @@ func TestPlanSeed004(t *testing.T) {
 		{AssignorRoundRobin, false},
 	} {
 		t.Run(tc.assignor, func(t *testing.T) {
-			in := seed004
+			in := fourMembersSixPartitions
 			in.Assignor = tc.assignor
 			in.Members = members(4, nil)
 			out, err := computePlan(in)
@@ -111,7 +111,7 @@ func TestPlanSeed004(t *testing.T) {
 }
 
 func TestPlanRoundRobinFlatList(t *testing.T) {
-	in := seed004
+	in := fourMembersSixPartitions
 	in.Assignor = AssignorRoundRobin
 	in.Members = members(4, nil)
 	out, err := computePlan(in)
@@ -163,7 +163,7 @@ func TestPlanRangeMatchesKafkaGo(t *testing.T) {
 }
 
 func TestPlanMovedNonSticky(t *testing.T) {
-	in := seed004
+	in := fourMembersSixPartitions
 	in.Assignor = AssignorRange
 	in.Members = members(2, map[string][]int{"pod-0": {0, 1, 2}, "pod-1": {3, 4, 5}})
 	out, err := computePlan(in)
@@ -180,7 +180,7 @@ func TestPlanMovedNonSticky(t *testing.T) {
 
 func TestPlanCopartitionUsesPlanner(t *testing.T) {
 	owned := map[string][]int{"pod-0": {0, 1, 2}, "pod-1": {3, 4, 5}}
-	in := seed004
+	in := fourMembersSixPartitions
 	in.Assignor = AssignorCopartition
 	in.Members = members(3, owned)
 	out, err := computePlan(in)
@@ -206,7 +206,7 @@ func TestPlanNotCopartitioned(t *testing.T) {
 		"no partitions":    {"market": 0, "notifications": 0},
 		"missing and more": {"notifications": 8},
 	} {
-		in := planInput{Assignor: AssignorCopartition, Topics: seed004.Topics, Counts: counts, Leader: "pod-0", Members: members(2, nil)}
+		in := planInput{Assignor: AssignorCopartition, Topics: fourMembersSixPartitions.Topics, Counts: counts, Leader: "pod-0", Members: members(2, nil)}
 		out, err := computePlan(in)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -241,7 +241,7 @@ func TestPlanCorruptSubscriptionOwnsNothing(t *testing.T) {
 	if jm[1].SubErr == nil || jm[1].InstanceID != "pod-1" || len(jm[1].Sub.Owned) != 0 {
 		t.Fatalf("corrupt member decoded as %+v", jm[1])
 	}
-	in := seed004
+	in := fourMembersSixPartitions
 	in.Assignor = AssignorCopartition
 	in.Members = jm
 	out, err := computePlan(in)
@@ -254,7 +254,7 @@ func TestPlanCorruptSubscriptionOwnsNothing(t *testing.T) {
 }
 
 func TestPlanIgnoresOutOfRangeOwned(t *testing.T) {
-	in := seed004
+	in := fourMembersSixPartitions
 	in.Assignor = AssignorCopartition
 	in.Members = members(2, map[string][]int{"pod-0": {0, 7, 99}})
 	out, err := computePlan(in)

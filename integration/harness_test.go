@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
-	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/murmur2"
@@ -958,7 +958,7 @@ func newAlertReader(c *kafka.Client, topic string, partitions int) *alertReader 
 }
 
 func (a *alertReader) run(ctx context.Context) {
-	r := demo.NewTopicReader(a.client, a.topic, a.partitions)
+	r := testkit.NewTopicReader(a.client, a.topic, a.partitions)
 	for ctx.Err() == nil {
 		n, _ := r.Poll(ctx, func(_ kafka.Record, v []byte) { a.add(v) })
 		if n == 0 {

@@ -26,10 +26,10 @@ import (
 
 const partitions = 6
 
-// TestIntegrationSeed004 is seed 004's experiment on a real broker: 4
-// workers, 6 partitions, 10 symbols × 1 tick × 3 notifications give 30
-// alerts, all 30 joins local.
-func TestIntegrationSeed004(t *testing.T) {
+// TestIntegrationFourWorkers is the four-worker experiment (`joiner demo`'s
+// defaults) on a real broker: 4 workers, 6 partitions, 10 symbols × 1 tick
+// × 3 notifications give 30 alerts, all 30 joins local.
+func TestIntegrationFourWorkers(t *testing.T) {
 	c := newCluster(t, partitions)
 	var ws []*worker
 	for i := range 4 {
@@ -40,7 +40,7 @@ func TestIntegrationSeed004(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sum := c.produce(ctx, loadgen.Config{Symbols: 10, TicksPerSymbol: 1, NotificationsPerSymbol: 3, RunID: "seed004-"})
+	sum := c.produce(ctx, loadgen.Config{Symbols: 10, TicksPerSymbol: 1, NotificationsPerSymbol: 3, RunID: "four-workers-"})
 	if sum.Notifications != 30 || sum.Ticks != 10 {
 		t.Fatalf("loadgen produced %d ticks and %d notifications, want 10 and 30", sum.Ticks, sum.Notifications)
 	}
@@ -65,7 +65,7 @@ func TestIntegrationSeed004(t *testing.T) {
 		v := final.views[id]
 		t.Logf("  %s tasks %v: local %d remote %d miss %d", id, v.Tasks, v.Local, v.Remote, v.Miss)
 	}
-	t.Logf("seed 004: 30 notifications, %d alerts (%d duplicates), joins local %d remote %d miss %d",
+	t.Logf("four workers: 30 notifications, %d alerts (%d duplicates), joins local %d remote %d miss %d",
 		c.alerts.records(), dups, local, remote, miss)
 	if local != 30 || remote != 0 || miss != 0 {
 		t.Errorf("joins: local %d, remote %d, miss %d; want 30, 0, 0", local, remote, miss)

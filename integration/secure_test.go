@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
@@ -138,7 +139,7 @@ func joiner(t *testing.T, timeout time.Duration, env []string, args ...string) (
 }
 
 // TestSecureDemo: `joiner demo --brokers <SASL_SSL>` with the TLS and SASL
-// flags gives seed 004's 30/30 local joins.
+// flags gives the four-worker experiment's 30/30 local joins.
 func TestSecureDemo(t *testing.T) {
 	s := requireSecure(t)
 	args := append([]string{"demo", "--brokers", strings.Join(s.brokers, ","), "--json", "--verbose", "--timeout", "2m"}, s.flags()...)
@@ -332,7 +333,7 @@ func readInput(t *testing.T, c *cluster) (ids []string, prices map[string]float6
 	defer cancel()
 	prices = map[string]float64{}
 	for _, topic := range []string{c.notifs, c.market} {
-		r := demo.NewTopicReader(c.client, topic, c.partitions)
+		r := testkit.NewTopicReader(c.client, topic, c.partitions)
 		for empty := 0; empty < 3; {
 			n, err := r.Poll(ctx, func(_ kafka.Record, v []byte) {
 				var rec struct {

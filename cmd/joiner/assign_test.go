@@ -22,7 +22,7 @@ const seedInput = `{"partitions": 9, "members": ["X","Y","Z"], "previous": {"W":
 // existed; TestAssignHAFieldsKeepGolden runs them again with neutral
 // high-availability fields.
 var assignGolden = []struct{ name, input, want string }{
-	{"seed 003", seedInput, `{"assignment":{"X":[3,4,5],"Y":[2,7,8],"Z":[0,1,6]},"moved":4}` + "\n"},
+	{"worked trace: W crashed, Z new", seedInput, `{"assignment":{"X":[3,4,5],"Y":[2,7,8],"Z":[0,1,6]},"moved":4}` + "\n"},
 	{"topics", `{"topics": {"market": 6, "notifications": 6}, "members": ["b", "a"]}`,
 		`{"assignment":{"a":[0,2,4],"b":[1,3,5]},"moved":6}` + "\n"},
 	{"no previous, member without tasks", `{"partitions":1,"members":["b","a"]}`,

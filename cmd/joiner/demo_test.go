@@ -8,7 +8,7 @@ import (
 )
 
 // The last line of `joiner demo --json` is the report; the defaults
-// reproduce seed 004 with 30/30 local joins.
+// reproduce the four-worker demo (4 workers, 6 partitions) with 30/30 local joins.
 func TestDemoJSONLastLine(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := dispatch([]string{"demo", "--json", "--timeout", "60s"}, nil, &stdout, &stderr); code != 0 {

@@ -118,7 +118,7 @@ func TestSecurityFailuresExit1Quickly(t *testing.T) {
 	}
 }
 
-// `joiner demo --brokers` over TLS + SASL gives seed 004's 30/30 local,
+// `joiner demo --brokers` over TLS + SASL gives the four-worker demo's 30/30 local,
 // with the password only in the environment and nowhere in the output.
 func TestDemoOverSASLSSL(t *testing.T) {
 	b := kafkasectest.Start(t)
