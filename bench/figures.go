@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -243,7 +243,7 @@ func (b *bench) latencyOnce(ctx context.Context, round int) (latencyRound, error
 	// then each alert's append time minus its notification's.
 	acked := make(map[string]int64, r.Notifications)
 	err = b.readAll(ctx, notifications, c.partitions, func(_ int, ts time.Time, v []byte) {
-		if n, err := join.DecodeNotification(v, 0); err == nil {
+		if n, err := record.DecodeNotification(v, 0); err == nil {
 			acked[n.ID] = ts.UnixMilli()
 		}
 	})
@@ -253,7 +253,7 @@ func (b *bench) latencyOnce(ctx context.Context, round int) (latencyRound, error
 	cutoff := began.Add(time.Duration(c.latencyWarmup * float64(time.Second))).UnixMilli()
 	var lat []float64
 	err = b.readAll(ctx, alerts, c.partitions, func(_ int, ts time.Time, v []byte) {
-		n, err := join.DecodeNotification(v, 0)
+		n, err := record.DecodeNotification(v, 0)
 		if err != nil {
 			return
 		}

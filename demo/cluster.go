@@ -19,6 +19,7 @@ import (
 
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -409,7 +410,7 @@ func (a *Alerts) add(value []byte) {
 	a.Records++
 	// An alert carries the notification's fields: the notification decoder
 	// finds its id without decoding the rest.
-	n, err := join.DecodeNotification(value, len(value))
+	n, err := record.DecodeNotification(value, len(value))
 	if err != nil {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -445,7 +446,7 @@ func TestMalformedRecordsAreDeadLettered(t *testing.T) {
 			t.Errorf("dead letter %q has no source header", d.Value)
 		}
 	}
-	want := map[string]int{join.ReasonInvalidJSON: 2, join.ReasonMissingField: 1, join.ReasonWrongType: 2}
+	want := map[string]int{record.ReasonInvalidJSON: 2, record.ReasonMissingField: 1, record.ReasonWrongType: 2}
 	if fmt.Sprint(reasons) != fmt.Sprint(want) {
 		t.Errorf("dead-letter reasons = %v, want %v", reasons, want)
 	}

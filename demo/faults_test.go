@@ -24,6 +24,7 @@ import (
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -106,11 +107,11 @@ func checkAlerts(t *testing.T, h *harness) *Alerts {
 		t.Fatal(err)
 	}
 	for _, v := range r.Values() {
-		var al join.Alert
+		var al record.Alert
 		if err := json.Unmarshal(v, &al); err != nil {
 			t.Fatalf("alert %q: %v", v, err)
 		}
-		if al.Result == join.ResultMiss {
+		if al.Result == record.ResultMiss {
 			if _, priced := h.last[al.Symbol]; priced {
 				t.Errorf("alert %s for %s says miss, but the symbol has a price", al.ID, al.Symbol)
 			}

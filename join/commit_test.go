@@ -36,7 +36,7 @@ func TestMarketCommitNeverGoesBack(t *testing.T) {
 	w.member = fm
 	st := pt.st
 	st.dlqFrom = 100 // the group's committed market offset
-	if err := st.applyRetrying(context.Background(), []record{recAt(5, 1, `{"symbol":"X","price":1}`)}, st.dlqFrom); err != nil {
+	if err := st.applyRetrying(context.Background(), []fetchedRecord{recAt(5, 1, `{"symbol":"X","price":1}`)}, st.dlqFrom); err != nil {
 		t.Fatal(err)
 	}
 	restoring, err := w.cfg.Stores.OpenTask(1)
@@ -58,7 +58,7 @@ func TestMarketCommitNeverGoesBack(t *testing.T) {
 		t.Errorf("market offset %d committed for task 1, which is still restoring", got)
 	}
 	// Past the group's offset, the applied offset leads.
-	if err := st.applyRetrying(context.Background(), []record{recAt(150, 2, `{"symbol":"X","price":2}`)}, st.dlqFrom); err != nil {
+	if err := st.applyRetrying(context.Background(), []fetchedRecord{recAt(150, 2, `{"symbol":"X","price":2}`)}, st.dlqFrom); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.commit(context.Background()); err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// record is one fetched record, copied out of kafka-go's response buffers.
-type record struct {
+// fetchedRecord is one fetched record, copied out of kafka-go's response buffers.
+type fetchedRecord struct {
 	Offset int64
 	Time   time.Time
 	Key    []byte
@@ -75,7 +75,7 @@ func listOffset(ctx context.Context, c *kafka.Client, topic string, partition in
 // fetch returns the records at or after r.next available now, waiting up
 // to maxWait for some to arrive; it may return none. It advances r.next
 // past the returned records and updates r.hwm.
-func (r *partitionReader) fetch(ctx context.Context) ([]record, error) {
+func (r *partitionReader) fetch(ctx context.Context) ([]fetchedRecord, error) {
 	if r.next < 0 {
 		first, err := listOffset(ctx, r.client, r.topic, r.partition, kafka.FirstOffset)
 		if err != nil {
@@ -109,7 +109,7 @@ func (r *partitionReader) fetch(ctx context.Context) ([]record, error) {
 		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, res.Error)
 	}
 	r.hwm = res.HighWatermark
-	var out []record
+	var out []fetchedRecord
 	for {
 		rec, err := res.Records.ReadRecord()
 		if err != nil {
@@ -129,7 +129,7 @@ func (r *partitionReader) fetch(ctx context.Context) ([]record, error) {
 		if err != nil {
 			return out, fmt.Errorf("read record %s-%d@%d: %w", r.topic, r.partition, rec.Offset, err)
 		}
-		out = append(out, record{Offset: rec.Offset, Time: rec.Time, Key: k, Value: v})
+		out = append(out, fetchedRecord{Offset: rec.Offset, Time: rec.Time, Key: k, Value: v})
 		r.next = rec.Offset + 1
 	}
 	return out, nil

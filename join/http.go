@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -69,7 +70,7 @@ func (w *Worker) Handler(gatherer prometheus.Gatherer) http.Handler {
 
 func (w *Worker) servePrice(rw http.ResponseWriter, r *http.Request) {
 	symbol := r.PathValue("symbol")
-	if err := checkSymbol(symbol); err != nil {
+	if err := record.CheckSymbol(symbol); err != nil {
 		http.Error(rw, err.Error(), http.StatusBadRequest)
 		return
 	}

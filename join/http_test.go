@@ -13,7 +13,7 @@ import (
 func TestServePriceAsOf(t *testing.T) {
 	w, pt, _ := newTestWorker(t)
 	st := pt.st
-	ticks := []record{
+	ticks := []fetchedRecord{
 		recAt(0, 1000, `{"symbol":"BBCA","price":1}`),
 		recAt(1, 2000, `{"symbol":"BBCA","price":2}`),
 		recAt(2, 3000, `{"symbol":"BBCA","price":3}`),

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
@@ -14,7 +15,7 @@ import (
 // fetched is one fetch of a prefetching reader: its records (possibly
 // none) and the reader's position and high watermark after it.
 type fetched struct {
-	recs []record
+	recs []fetchedRecord
 	next int64
 	hwm  int64
 }
@@ -160,7 +161,7 @@ type merger struct {
 	t  *processTask
 	st *stateTask
 
-	mbuf, nbuf   []record
+	mbuf, nbuf   []fetchedRecord
 	mNext, nNext int64 // the readers' positions after their last fetch
 	lag          prometheus.Gauge
 	// out writes the alerts of joined chunks in order while the merge goes
@@ -281,7 +282,7 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
-		alerts  []Alert
+		alerts  []record.Alert
 		dead    []deadLetter
 		acked   int64 = -1
 		ackedTs int64 = -1
@@ -310,7 +311,7 @@ func (m *merger) pass(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	join := func(recs []record) error {
+	join := func(recs []fetchedRecord) error {
 		good, bad := t.decode(recs)
 		a, err := t.joinAll(ctx, good)
 		if errors.Is(err, errLookup) {
@@ -328,7 +329,7 @@ func (m *merger) pass(ctx context.Context) error {
 		m.nbuf = m.nbuf[len(recs):]
 		return flush()
 	}
-	apply := func(recs []record) error {
+	apply := func(recs []fetchedRecord) error {
 		if err := m.st.applyRetrying(ctx, recs, m.st.dlqFrom); err != nil {
 			return err
 		}
@@ -366,7 +367,7 @@ func (m *merger) pass(ctx context.Context) error {
 
 // prefix is the length of the longest prefix of recs whose timestamps
 // satisfy ok.
-func prefix(recs []record, ok func(tsMs int64) bool) int {
+func prefix(recs []fetchedRecord, ok func(tsMs int64) bool) int {
 	for i, r := range recs {
 		if !ok(r.Time.UnixMilli()) {
 			return i
@@ -379,7 +380,7 @@ func prefix(recs []record, ok func(tsMs int64) bool) int {
 // dead letters, and the offset after its last notification with the
 // newest timestamp in it, acknowledged once they are written.
 type chunk struct {
-	alerts []Alert
+	alerts []record.Alert
 	dead   []deadLetter
 	next   int64
 	ts     int64

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 )
 
@@ -109,7 +110,7 @@ func (t *processTask) run(ctx context.Context) {
 }
 
 // maxTs is the greatest record timestamp of recs, in Unix ms.
-func maxTs(recs []record) int64 {
+func maxTs(recs []fetchedRecord) int64 {
 	ts := int64(-1)
 	for _, r := range recs {
 		ts = max(ts, r.Time.UnixMilli())
@@ -119,18 +120,18 @@ func maxTs(recs []record) int64 {
 
 // pending is a decoded notification waiting for its price.
 type pending struct {
-	n    Notification
+	n    record.Notification
 	task int // the symbol's task
 	ts   int64
 }
 
 // decode splits records into notifications to join and dead letters.
-func (t *processTask) decode(recs []record) (good []pending, dead []deadLetter) {
+func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadLetter) {
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.NotificationsTopic).Add(float64(len(recs)))
 	parts := w.partitions()
 	for _, rec := range recs {
-		n, err := DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
+		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.NotificationsTopic, t.p, rec, err))
 			continue
@@ -143,7 +144,7 @@ func (t *processTask) decode(recs []record) (good []pending, dead []deadLetter) 
 // handle joins one fetched batch of a task whose state is not local, and
 // writes its alerts and dead letters. It returns an error only when ctx
 // ended before they were acknowledged.
-func (t *processTask) handle(ctx context.Context, recs []record) error {
+func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 	good, dead := t.decode(recs)
 	alerts, err := t.joinAll(ctx, good)
 	if err != nil {
@@ -158,7 +159,7 @@ func (t *processTask) handle(ctx context.Context, recs []record) error {
 // store when it runs merged is already there. Remote lookups are HTTP
 // calls, made concurrently (bounded) so that a batch costs about one round
 // trip; the owner does the same wait.
-func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, error) {
+func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Alert, error) {
 	w := t.w
 	newest := map[int]int64{}
 	for _, g := range good {
@@ -173,7 +174,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, err
 			}
 		}
 	}
-	alerts := make([]Alert, len(good))
+	alerts := make([]record.Alert, len(good))
 	sem := make(chan struct{}, remoteConcurrency)
 	var (
 		wg      sync.WaitGroup
@@ -182,7 +183,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, err
 	)
 	fail := func(err error) { errOnce.Do(func() { failed = err }) }
 	for i, g := range good {
-		alerts[i] = Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
+		alerts[i] = record.Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
 		a := &alerts[i]
 		if w.stateTask(g.task) != nil {
 			if err := w.lookup(ctx, a, g.task, g.n.Symbol, g.ts); err != nil {
@@ -211,7 +212,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, err
 // active (see Membership.Active): a member paused past its session waits
 // here until its next heartbeat says whether it still holds the task (the
 // task's context ends when it does not).
-func (t *processTask) flush(ctx context.Context, alerts []Alert, dead []deadLetter) error {
+func (t *processTask) flush(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
 	w := t.w
 	if err := w.waitActive(ctx); err != nil {
 		return err
@@ -254,12 +255,12 @@ var errLookup = errors.New("price lookup failed")
 
 // lookup sets a's result and price as of tsMs for symbol, whose task is q:
 // from the local store when this member holds q, otherwise from q's owner.
-func (w *Worker) lookup(ctx context.Context, a *Alert, q int, symbol string, tsMs int64) error {
+func (w *Worker) lookup(ctx context.Context, a *record.Alert, q int, symbol string, tsMs int64) error {
 	if st := w.stateTask(q); st != nil {
 		tick, match, err := st.getAsOf(symbol, tsMs)
 		switch {
 		case err == nil:
-			a.setPrice(match, ResultLocal, tick.Price, tick.TimestampMs)
+			setPrice(a, match, record.ResultLocal, tick.Price, tick.TimestampMs)
 			return nil
 		case !errors.Is(err, errTaskStopped):
 			return fmt.Errorf("%w: task %d: %w", errLookup, q, err)
@@ -284,20 +285,20 @@ func (w *Worker) lookup(ctx context.Context, a *Alert, q int, symbol string, tsM
 	case found:
 		match = statestore.AsOf
 	}
-	a.setPrice(match, ResultRemote, p.Price, p.TsMs)
+	setPrice(a, match, record.ResultRemote, p.Price, p.TsMs)
 	return nil
 }
 
 // setPrice fills the join result of a: found is the result of a price
 // as of the notification (local or remote).
-func (a *Alert) setPrice(m statestore.Match, found Result, price float64, tsMs int64) {
+func setPrice(a *record.Alert, m statestore.Match, found record.Result, price float64, tsMs int64) {
 	switch m {
 	case statestore.AsOf:
 		a.Result, a.Price, a.PriceTsMs = found, &price, tsMs
 	case statestore.Late:
-		a.Result, a.Price, a.PriceTsMs = ResultLate, &price, tsMs
+		a.Result, a.Price, a.PriceTsMs = record.ResultLate, &price, tsMs
 	default:
-		a.Result, a.Price, a.PriceTsMs = ResultMiss, nil, 0
+		a.Result, a.Price, a.PriceTsMs = record.ResultMiss, nil, 0
 	}
 }
 
@@ -306,16 +307,11 @@ func (a *Alert) setPrice(m statestore.Match, found Result, price float64, tsMs i
 type deadLetter struct {
 	topic     string
 	partition int
-	rec       record
+	rec       fetchedRecord
 	reason    string
 	err       string
 }
 
-func newDeadLetter(topic string, p int, rec record, err error) deadLetter {
-	reason := ReasonInvalidValue
-	var re *RecordError
-	if errors.As(err, &re) {
-		reason = re.Reason
-	}
-	return deadLetter{topic: topic, partition: p, rec: rec, reason: reason, err: err.Error()}
+func newDeadLetter(topic string, p int, rec fetchedRecord, err error) deadLetter {
+	return deadLetter{topic: topic, partition: p, rec: rec, reason: record.ReasonOf(err), err: err.Error()}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
 )
@@ -283,7 +284,7 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 // applyRetrying applies recs (see apply), retrying failures with backoff,
 // and publishes the new position. It fails only when ctx is done or the
 // store was closed.
-func (s *stateTask) applyRetrying(ctx context.Context, recs []record, dlqFrom int64) error {
+func (s *stateTask) applyRetrying(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -306,12 +307,12 @@ func (s *stateTask) applyRetrying(ctx context.Context, recs []record, dlqFrom in
 
 // apply writes the valid ticks of recs and the offset of the last record
 // to the store in one batch. Malformed ticks are dead-lettered first.
-func (s *stateTask) apply(ctx context.Context, recs []record, dlqFrom int64) error {
+func (s *stateTask) apply(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
 	w := s.w
 	ticks := make([]statestore.Tick, 0, len(recs))
 	var dead []deadLetter
 	for _, rec := range recs {
-		t, err := DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
+		t, err := record.DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			if rec.Offset >= dlqFrom {
 				dead = append(dead, newDeadLetter(w.cfg.MarketTopic, s.p, rec, err))
@@ -340,7 +341,7 @@ func (s *stateTask) apply(ctx context.Context, recs []record, dlqFrom int64) err
 }
 
 // advance publishes the read position to waiters.
-func (s *stateTask) advance(next int64, recs []record) {
+func (s *stateTask) advance(next int64, recs []fetchedRecord) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	s.next = max(s.next, next)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
@@ -165,7 +166,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	defDur(&cfg.RemoteTimeout, 5*time.Second)
 	defDur(&cfg.HistoryRetention, time.Hour)
 	if cfg.MaxRecordBytes <= 0 {
-		cfg.MaxRecordBytes = DefaultMaxRecordBytes
+		cfg.MaxRecordBytes = record.DefaultMaxRecordBytes
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}}
@@ -484,14 +485,14 @@ func (w *Worker) partitions() int {
 	return max(w.assignment.Partitions, 1)
 }
 
-func (w *Worker) countJoin(r Result) {
+func (w *Worker) countJoin(r record.Result) {
 	w.metrics.Joins.WithLabelValues(string(r)).Inc()
 	switch r {
-	case ResultLocal:
+	case record.ResultLocal:
 		w.local.Add(1)
-	case ResultRemote:
+	case record.ResultRemote:
 		w.remoteN.Add(1)
-	case ResultLate:
+	case record.ResultLate:
 		w.late.Add(1)
 	default:
 		w.miss.Add(1)
@@ -677,8 +678,8 @@ func (w *Worker) commit(ctx context.Context) error {
 
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
-func (w *Worker) writeOut(ctx context.Context, alerts []Alert, dead []deadLetter) error {
-	msgs := appendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.AlertsTopic, alerts)
+func (w *Worker) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
+	msgs := record.AppendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.AlertsTopic, alerts)
 	for _, d := range dead {
 		msgs = append(msgs, kafka.Message{
 			Topic: w.cfg.DeadLetterTopic,
