@@ -30,7 +30,7 @@ import (
 type Broker struct {
 	cluster *kfake.Cluster // nil for an external cluster
 	Addrs   []string
-	Topics  node.Topics
+	Topics  record.Topics
 	// Group is the consumer group the workers join.
 	Group string
 	// Partitions of every topic.
@@ -47,7 +47,7 @@ func StartBroker(partitions int) (*Broker, error) {
 	if partitions < 1 {
 		return nil, fmt.Errorf("partitions must be at least 1, got %d", partitions)
 	}
-	t := node.Topics{Market: "market", Notifications: "notifications", Alerts: "alerts", DeadLetter: "joiner-dead-letters"}
+	t := record.Topics{}.WithDefaults()
 	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
 		kfake.GroupMinSessionTimeout(500*time.Millisecond),
@@ -79,7 +79,7 @@ func UseBrokers(ctx context.Context, addrs []string, partitions, replication int
 		return nil, fmt.Errorf("partitions must be at least 1, got %d", partitions)
 	}
 	run := fmt.Sprintf("joiner-demo-%d", time.Now().UnixNano())
-	t := node.Topics{Market: run + "-market", Notifications: run + "-notifications", Alerts: run + "-alerts", DeadLetter: run + "-dead-letters"}
+	t := record.Topics{Market: run + "-market", Notifications: run + "-notifications", Alerts: run + "-alerts", DeadLetter: run + "-dead-letters"}
 	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 30 * time.Second}
 	if tr != nil {
 		client.Transport = tr

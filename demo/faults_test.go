@@ -154,7 +154,7 @@ func TestFaultForeignMemberGetsNoTasks(t *testing.T) {
 	var logs logBuffer
 	foreign := startNode(t, node.Config{
 		Brokers: h.b.Addrs, Group: h.b.Group, InstanceID: "foreign",
-		Topics:    node.Topics{Market: "prices", Notifications: h.b.Topics.Notifications, Alerts: h.b.Topics.Alerts, DeadLetter: h.b.Topics.DeadLetter},
+		Topics:    record.Topics{Market: "prices", Notifications: h.b.Topics.Notifications, Alerts: h.b.Topics.Alerts, DeadLetter: h.b.Topics.DeadLetter},
 		StateDirs: []string{t.TempDir()}, HTTPAddr: "127.0.0.1:0", CacheBytes: 8 << 20,
 		SessionTimeout: 1500 * time.Millisecond, HeartbeatInterval: 250 * time.Millisecond, RebalanceTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),

@@ -75,8 +75,8 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		cancel()
 		wg.Wait()
 	}()
-	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
-	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait), log)
+	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
+	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait), log)
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
 	m.out = t.startOutbox(fctx, &wg)
 	lookupFailures := 0
@@ -262,9 +262,9 @@ func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *
 // read to the end offset it has now.
 func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 	w := m.t.w
-	topic, next := w.cfg.MarketTopic, m.mNext
+	topic, next := w.cfg.Topics.Market, m.mNext
 	if len(m.nbuf) == 0 {
-		topic, next = w.cfg.NotificationsTopic, m.nNext
+		topic, next = w.cfg.Topics.Notifications, m.nNext
 	}
 	end, err := listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
 	if err != nil {

@@ -32,8 +32,8 @@ func (w *Worker) registerOffsetResets(reg prometheus.Registerer) {
 		Help: "Fetches answered OFFSET_OUT_OF_RANGE, by topic: the reader jumped to the first offset the log still holds and the records in between were never processed (data loss).",
 	}, []string{"topic"})
 	reg.MustRegister(c)
-	c.WithLabelValues(w.cfg.MarketTopic)
-	c.WithLabelValues(w.cfg.NotificationsTopic)
+	c.WithLabelValues(w.cfg.Topics.Market)
+	c.WithLabelValues(w.cfg.Topics.Notifications)
 	offsetResetReporters.Store(w.cfg.Client, &offsetResetReporter{counter: c, log: w.log})
 }
 

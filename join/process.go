@@ -45,8 +45,8 @@ func (t *processTask) ack(next, tsMs int64) {
 func (t *processTask) run(ctx context.Context) {
 	defer close(t.stopped)
 	w := t.w
-	log := w.log.With("task", t.p, "topic", w.cfg.NotificationsTopic)
-	start, err := w.committedOffset(ctx, w.cfg.NotificationsTopic, t.p)
+	log := w.log.With("task", t.p, "topic", w.cfg.Topics.Notifications)
+	start, err := w.committedOffset(ctx, w.cfg.Topics.Notifications, t.p)
 	if err != nil {
 		return
 	}
@@ -65,7 +65,7 @@ func (t *processTask) run(ctx context.Context) {
 		return
 	}
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
-	r := newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait)
+	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
 	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
 	lookupFailures := 0
 	for attempt := 0; ctx.Err() == nil; {
@@ -128,12 +128,12 @@ type pending struct {
 // decode splits records into notifications to join and dead letters.
 func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadLetter) {
 	w := t.w
-	w.metrics.Records.WithLabelValues(w.cfg.NotificationsTopic).Add(float64(len(recs)))
+	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
 	for _, rec := range recs {
 		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
-			dead = append(dead, newDeadLetter(w.cfg.NotificationsTopic, t.p, rec, err))
+			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue
 		}
 		good = append(good, pending{n, murmur2.Partition([]byte(n.Symbol), parts), rec.Time.UnixMilli()})

@@ -19,7 +19,7 @@ const (
 // for StartEarliest, the partition's end for notifications with
 // StartLatest. It retries the end-offset lookup until ctx is done.
 func (w *Worker) uncommittedStart(ctx context.Context, topic string, p int) (int64, error) {
-	if topic != w.cfg.NotificationsTopic || w.cfg.StartOffset != StartLatest {
+	if topic != w.cfg.Topics.Notifications || w.cfg.StartOffset != StartLatest {
 		return -1, nil
 	}
 	for attempt := 0; ; attempt++ {

@@ -181,11 +181,11 @@ func (s *stateTask) close() error {
 func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
 	w := s.w
-	log := w.log.With("task", s.p, "topic", w.cfg.MarketTopic)
-	r := newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
+	log := w.log.With("task", s.p, "topic", w.cfg.Topics.Market)
+	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
 	// Market records below the group's committed market offset were routed
 	// by an earlier owner; dead-letter only the ones after it.
-	dlqFrom, err := w.committedOffset(ctx, w.cfg.MarketTopic, s.p)
+	dlqFrom, err := w.committedOffset(ctx, w.cfg.Topics.Market, s.p)
 	if err != nil {
 		return
 	}
@@ -315,13 +315,13 @@ func (s *stateTask) apply(ctx context.Context, recs []fetchedRecord, dlqFrom int
 		t, err := record.DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			if rec.Offset >= dlqFrom {
-				dead = append(dead, newDeadLetter(w.cfg.MarketTopic, s.p, rec, err))
+				dead = append(dead, newDeadLetter(w.cfg.Topics.Market, s.p, rec, err))
 			}
 			continue
 		}
 		ticks = append(ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: rec.Time.UnixMilli(), Offset: rec.Offset})
 	}
-	w.metrics.Records.WithLabelValues(w.cfg.MarketTopic).Add(float64(len(recs)))
+	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(len(recs)))
 	if len(dead) > 0 {
 		if err := w.writeOut(ctx, nil, dead); err != nil {
 			return err
@@ -379,7 +379,7 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration)
 			// Not read past tsMs: wait until the reader reaches the end the
 			// log has now, which includes every record produced before the
 			// caller's.
-			if e, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.MarketTopic, s.p, kafka.LastOffset); err == nil {
+			if e, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.Topics.Market, s.p, kafka.LastOffset); err == nil {
 				end = e
 				continue
 			}
@@ -398,7 +398,7 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration)
 			if !warned && restored {
 				warned = true
 				s.w.log.Warn("a notification waits for the market to be read past its time; it is not joined before (the market partition may have no leader)",
-					"task", s.p, "topic", s.w.cfg.MarketTopic, "notification_ts_ms", tsMs, "waited", time.Since(began).Round(time.Millisecond))
+					"task", s.p, "topic", s.w.cfg.Topics.Market, "notification_ts_ms", tsMs, "waited", time.Since(began).Round(time.Millisecond))
 			}
 			recheck.Reset(idle)
 		case <-ctx.Done():

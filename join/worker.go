@@ -42,12 +42,8 @@ type Config struct {
 	// InstanceID is this member's stable id. Required.
 	InstanceID string
 
-	// Topic names. Default: market, notifications, alerts,
-	// joiner-dead-letters.
-	MarketTopic        string
-	NotificationsTopic string
-	AlertsTopic        string
-	DeadLetterTopic    string
+	// Topics names the topics; empty names take record's defaults.
+	Topics record.Topics
 
 	// MaxTaskIdle bounds how long a notification is held waiting for the
 	// market to be read past its timestamp. Default: 1s.
@@ -146,15 +142,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := validStartOffset(cfg.StartOffset); err != nil {
 		return nil, err
 	}
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&cfg.MarketTopic, "market")
-	def(&cfg.NotificationsTopic, "notifications")
-	def(&cfg.AlertsTopic, "alerts")
-	def(&cfg.DeadLetterTopic, "joiner-dead-letters")
+	cfg.Topics = cfg.Topics.WithDefaults()
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -236,8 +224,8 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 	if a.Error != "" {
 		w.log.Error("the group leader could not plan an assignment; this member holds no tasks until it can", "generation", a.Generation, "err", a.Error)
 	}
-	wantState := a.Topics[w.cfg.MarketTopic]
-	wantProc := a.Topics[w.cfg.NotificationsTopic]
+	wantState := a.Topics[w.cfg.Topics.Market]
+	wantProc := a.Topics[w.cfg.Topics.Notifications]
 
 	// A task whose state and notifications are both here runs merged; a
 	// task that changes between merged and not is restarted.
@@ -565,8 +553,8 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Instance:        w.cfg.InstanceID,
 		Generation:      a.Generation,
-		Tasks:           slices.Clone(a.Topics[w.cfg.NotificationsTopic]),
-		StateTasks:      slices.Clone(a.Topics[w.cfg.MarketTopic]),
+		Tasks:           slices.Clone(a.Topics[w.cfg.Topics.Notifications]),
+		StateTasks:      slices.Clone(a.Topics[w.cfg.Topics.Market]),
 		Local:           w.local.Load(),
 		Remote:          w.remoteN.Load(),
 		Miss:            w.miss.Load(),
@@ -635,7 +623,7 @@ func (w *Worker) commit(ctx context.Context) error {
 	for p, t := range w.procs {
 		ts := t.ackedTs.Load()
 		next := t.acked.Load()
-		add(w.cfg.NotificationsTopic, p, next)
+		add(w.cfg.Topics.Notifications, p, next)
 		if t.st != nil && next >= 0 {
 			notifTs[t.st] = ts
 		}
@@ -645,7 +633,7 @@ func (w *Worker) commit(ctx context.Context) error {
 		// never goes below what the group has committed (a store restored
 		// from scratch starts below it).
 		if next, ok := st.marketCommit(); ok {
-			add(w.cfg.MarketTopic, p, next)
+			add(w.cfg.Topics.Market, p, next)
 		}
 	}
 	w.mu.RUnlock()
@@ -679,10 +667,10 @@ func (w *Worker) commit(ctx context.Context) error {
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
 func (w *Worker) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
-	msgs := record.AppendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.AlertsTopic, alerts)
+	msgs := record.AppendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.Topics.Alerts, alerts)
 	for _, d := range dead {
 		msgs = append(msgs, kafka.Message{
-			Topic: w.cfg.DeadLetterTopic,
+			Topic: w.cfg.Topics.DeadLetter,
 			Key:   d.rec.Key,
 			Value: d.rec.Value,
 			Time:  d.rec.Time,

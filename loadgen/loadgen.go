@@ -98,10 +98,10 @@ func Symbols(n int) []string {
 // Run produces the ticks, then the notifications.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.MarketTopic == "" {
-		cfg.MarketTopic = "market"
+		cfg.MarketTopic = record.DefaultMarketTopic
 	}
 	if cfg.NotificationsTopic == "" {
-		cfg.NotificationsTopic = "notifications"
+		cfg.NotificationsTopic = record.DefaultNotificationsTopic
 	}
 	if cfg.Symbols == 0 {
 		cfg.Symbols = 10

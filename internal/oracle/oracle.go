@@ -76,8 +76,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// Topics names the topics of a run.
-type Topics struct{ Market, Notifications, Alerts string }
+// Topics names the topics of a run; the dead-letter topic is not used.
+type Topics = record.Topics
 
 // tick is one produced tick: seq orders the ticks of a symbol as their
 // offsets do (one partition, written in order).
