@@ -72,7 +72,7 @@ type Config struct {
 	StartOffset string
 
 	// Registerer receives the worker's metrics. Default: a new registry,
-	// served by Handler(nil).
+	// returned by Registry.
 	Registerer prometheus.Registerer
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
@@ -124,6 +124,10 @@ type Worker struct {
 	commitMu             sync.Mutex               // serializes commits
 	committed            map[string]map[int]int64 // last successful commit; guarded by commitMu
 }
+
+// Registry returns the registry the metrics went to when
+// Config.Registerer was nil, else nil.
+func (w *Worker) Registry() *prometheus.Registry { return w.reg }
 
 // NewWorker validates cfg and builds a Worker.
 func NewWorker(cfg Config) (*Worker, error) {

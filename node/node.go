@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/httpapi"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
@@ -287,7 +288,7 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 // starts and waits for them.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
-	srv := &http.Server{Handler: n.peer.handler(withPprof(n.worker.Handler(n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
+	srv := &http.Server{Handler: n.peer.handler(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
 	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
 	serve := srv.Serve
 	if httpTLS {

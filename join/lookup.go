@@ -12,13 +12,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Price is the answer of GET /v1/prices/{symbol}: one version of the
+// Price is the answer of GET /v1/prices/{symbol} (Worker.PriceAsOf): one version of the
 // symbol's price, the tick at TsMs from market offset Offset.
 type Price struct {
 	Symbol string  `json:"symbol"`
@@ -33,89 +31,45 @@ type Price struct {
 	Late bool `json:"late"`
 }
 
-// Handler serves the worker's HTTP API on one listener:
-//
-//	/metrics              Prometheus metrics of gatherer
-//	/healthz              200 while the process is up
-//	/readyz               200 once assigned and every state task restored, else 503
-//	/v1/assignment        this member's assignment and join counts (JSON)
-//	/v1/prices/{symbol}   the symbol's price from the local store: the
-//	                      latest, or with ?at_ms=T the version as of T
-//	                      (after first waiting, up to MaxTaskIdle, until the
-//	                      task has been read past T or to its end). 200,
-//	                      404 when there was no price (then), 421 when
-//	                      this member does not hold the symbol's task, 503
-//	                      while it is restoring. after_ms is an alias of
-//	                      at_ms.
-func (w *Worker) Handler(gatherer prometheus.Gatherer) http.Handler {
-	if gatherer == nil {
-		gatherer = w.reg
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(rw, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		ok, why := w.Ready()
-		if !ok {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-		}
-		fmt.Fprintln(rw, why)
-	})
-	mux.HandleFunc("GET /v1/prices/{symbol}", w.servePrice)
-	mux.HandleFunc("GET /v1/assignment", w.serveAssignment)
-	return mux
-}
+// The errors of PriceAsOf, which the HTTP API maps to 421, 503 and 404.
+var (
+	ErrNotOwner  = errors.New("task not held by this member")
+	ErrRestoring = errors.New("task is restoring")
+	ErrNoPrice   = errors.New("no price")
+)
 
-func (w *Worker) servePrice(rw http.ResponseWriter, r *http.Request) {
-	symbol := r.PathValue("symbol")
-	if err := record.CheckSymbol(symbol); err != nil {
-		http.Error(rw, err.Error(), http.StatusBadRequest)
-		return
-	}
+// PriceAsOf is the local as-of lookup other members ask for (GET
+// /v1/prices/{symbol}): the symbol's latest price, or with atMs the version
+// as of *atMs, after first waiting up to MaxTaskIdle until the task has
+// been read past *atMs or to its end. Its errors wrap ErrNotOwner,
+// ErrRestoring or ErrNoPrice, or are ctx's error or a store error.
+func (w *Worker) PriceAsOf(ctx context.Context, symbol string, atMs *int64) (Price, error) {
 	q := SymbolTask(symbol, w.partitions())
 	st := w.stateTask(q)
 	if st == nil {
-		http.Error(rw, fmt.Sprintf("task %d of %q is not held by %s", q, symbol, w.cfg.InstanceID), http.StatusMisdirectedRequest)
-		return
+		return Price{}, fmt.Errorf("%w: task %d of %q is not held by %s", ErrNotOwner, q, symbol, w.cfg.InstanceID)
 	}
 	at := int64(math.MaxInt64)
-	var atMs *int64
-	q1 := r.URL.Query()
-	if v, name := q1.Get("at_ms"), "at_ms"; v != "" || q1.Get("after_ms") != "" {
-		if v == "" {
-			v, name = q1.Get("after_ms"), "after_ms"
-		}
-		t, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			http.Error(rw, name+" must be Unix milliseconds", http.StatusBadRequest)
-			return
-		}
-		at, atMs = t, &t
-		if err := st.waitFor(r.Context(), at, w.cfg.MaxTaskIdle); err != nil && r.Context().Err() != nil {
-			return
+	if atMs != nil {
+		at = *atMs
+		if err := st.waitFor(ctx, at, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
+			return Price{}, ctx.Err()
 		}
 	}
 	if !st.isRestored() {
-		http.Error(rw, fmt.Sprintf("task %d is restoring", q), http.StatusServiceUnavailable)
-		return
+		return Price{}, fmt.Errorf("%w: task %d", ErrRestoring, q)
 	}
 	tick, match, err := st.getAsOf(symbol, at)
 	switch {
 	case errors.Is(err, errTaskStopped):
-		http.Error(rw, err.Error(), http.StatusMisdirectedRequest)
-		return
+		return Price{}, fmt.Errorf("%w: %w", ErrNotOwner, err)
 	case err != nil:
-		http.Error(rw, err.Error(), http.StatusInternalServerError)
-		return
+		return Price{}, err
 	case match == statestore.Miss:
-		http.Error(rw, fmt.Sprintf("no price for %q", symbol), http.StatusNotFound)
-		return
+		return Price{}, fmt.Errorf("%w for %q", ErrNoPrice, symbol)
 	}
-	rw.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(rw).Encode(Price{Symbol: symbol, Price: tick.Price, TsMs: tick.TimestampMs, Offset: tick.Offset,
-		Task: q, AtMs: atMs, Late: match == statestore.Late})
+	return Price{Symbol: symbol, Price: tick.Price, TsMs: tick.TimestampMs, Offset: tick.Offset,
+		Task: q, AtMs: atMs, Late: match == statestore.Late}, nil
 }
 
 // remoteClient looks prices up from their owners.
@@ -174,7 +128,7 @@ func (c *remoteClient) get(ctx context.Context, u string) (p Price, found, retry
 	}
 }
 
-// AssignmentView is the answer of GET /v1/assignment.
+// AssignmentView is the answer of GET /v1/assignment (Worker.View).
 type AssignmentView struct {
 	Instance   string `json:"instance"`
 	Generation int32  `json:"generation"`
@@ -192,7 +146,9 @@ type AssignmentView struct {
 	Stats
 }
 
-func (w *Worker) serveAssignment(rw http.ResponseWriter, _ *http.Request) {
+// View returns this member's assignment and join counts (GET
+// /v1/assignment).
+func (w *Worker) View() AssignmentView {
 	w.mu.RLock()
 	a := w.assignment
 	w.mu.RUnlock()
@@ -211,6 +167,5 @@ func (w *Worker) serveAssignment(rw http.ResponseWriter, _ *http.Request) {
 		v.Owners[i] = o.InstanceID
 	}
 	v.Ready, _ = w.Ready()
-	rw.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(rw).Encode(v)
+	return v
 }
