@@ -10,6 +10,18 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
+// Fetcher reads the input topics: *kafka.Client, or a fake in tests.
+type Fetcher interface {
+	Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error)
+	ListOffsets(ctx context.Context, req *kafka.ListOffsetsRequest) (*kafka.ListOffsetsResponse, error)
+}
+
+// Writer writes alerts and dead letters, each message naming its topic:
+// *kafka.Writer (with an empty Topic), or a fake in tests.
+type Writer interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
 // fetchedRecord is one fetched record, copied out of kafka-go's response buffers.
 type fetchedRecord struct {
 	Offset int64
@@ -22,7 +34,7 @@ type fetchedRecord struct {
 // Client.Fetch. It is owned by one goroutine and is not safe for concurrent
 // use.
 type partitionReader struct {
-	client    *kafka.Client
+	client    Fetcher
 	topic     string
 	partition int
 	// next is the offset of the next record to read; negative until
@@ -34,7 +46,7 @@ type partitionReader struct {
 	maxBytes int64
 }
 
-func newPartitionReader(c *kafka.Client, topic string, partition int, next int64, maxWait time.Duration) *partitionReader {
+func newPartitionReader(c Fetcher, topic string, partition int, next int64, maxWait time.Duration) *partitionReader {
 	return &partitionReader{client: c, topic: topic, partition: partition, next: next, hwm: -1, maxWait: maxWait, maxBytes: 4 << 20}
 }
 
@@ -50,7 +62,7 @@ func (r *partitionReader) bounds(ctx context.Context) (first, end int64, err err
 	return first, end, nil
 }
 
-func listOffset(ctx context.Context, c *kafka.Client, topic string, partition int, which int64) (int64, error) {
+func listOffset(ctx context.Context, c Fetcher, topic string, partition int, which int64) (int64, error) {
 	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{
 		Topics: map[string][]kafka.OffsetRequest{topic: {{Partition: partition, Timestamp: which}}},
 	})

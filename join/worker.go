@@ -32,11 +32,12 @@ import (
 
 // Config configures a Worker. Zero values take the defaults shown.
 type Config struct {
-	// Client reads the input topics. Required.
-	Client *kafka.Client
-	// Writer writes alerts and dead letters; its Topic must be empty (each
-	// message names its topic). Required.
-	Writer *kafka.Writer
+	// Client reads the input topics (a *kafka.Client). Required.
+	Client Fetcher
+	// Writer writes alerts and dead letters (a *kafka.Writer); a
+	// *kafka.Writer's Topic must be empty (each message names its topic).
+	// Required.
+	Writer Writer
 	// Stores opens the per-task stores. Required.
 	Stores *statestore.Manager
 	// InstanceID is this member's stable id. Required.
@@ -125,6 +126,11 @@ type Worker struct {
 	committed            map[string]map[int]int64 // last successful commit; guarded by commitMu
 }
 
+func isKafkaWriterWithTopic(w Writer) bool {
+	kw, ok := w.(*kafka.Writer)
+	return ok && kw.Topic != ""
+}
+
 // Registry returns the registry the metrics went to when
 // Config.Registerer was nil, else nil.
 func (w *Worker) Registry() *prometheus.Registry { return w.reg }
@@ -136,7 +142,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, errors.New("join: Config.Client is required")
 	case cfg.Writer == nil:
 		return nil, errors.New("join: Config.Writer is required")
-	case cfg.Writer.Topic != "":
+	case isKafkaWriterWithTopic(cfg.Writer):
 		return nil, errors.New("join: Config.Writer.Topic must be empty: alerts and dead letters go to different topics")
 	case cfg.Stores == nil:
 		return nil, errors.New("join: Config.Stores is required")
