@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,10 +103,14 @@ func (f *fakeWriter) byTopic(topic string) []kafka.Message {
 }
 
 // startedMember is a fakeMember whose Run says when it has started.
+// While inactive is set, it reports itself not confirmed by the group.
 type startedMember struct {
 	fakeMember
-	started chan struct{}
+	started  chan struct{}
+	inactive atomic.Bool
 }
+
+func (m *startedMember) Active() bool { return !m.inactive.Load() }
 
 func (m *startedMember) Run(ctx context.Context) error {
 	close(m.started)

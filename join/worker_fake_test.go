@@ -3,7 +3,12 @@ package join
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,5 +156,59 @@ func TestRebalancingPauseIsBounded(t *testing.T) {
 	r.w.Rebalancing(ctx)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("Rebalancing waited %v for a stuck batch; its context allowed 50ms", d)
+	}
+}
+
+// TestUnmergedTaskAsksTheOwner: a task whose state is held by another
+// member joins through that member's /v1/prices (here a stand-in
+// server): found, late and 404 answers become remote, late and miss
+// alerts; nothing is written while the group has not confirmed the member.
+func TestUnmergedTaskAsksTheOwner(t *testing.T) {
+	r := newFakeRig(t)
+	s := symbolOf(t, 1, 2)
+	var asked atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		asked.Add(1)
+		at, err := strconv.ParseInt(req.URL.Query().Get("at_ms"), 10, 64)
+		if req.URL.Path != "/v1/prices/"+s || err != nil {
+			http.Error(rw, "bad request", http.StatusBadRequest)
+			return
+		}
+		switch {
+		case at < 1000:
+			http.Error(rw, "no price", http.StatusNotFound)
+		case at < 2000:
+			_ = json.NewEncoder(rw).Encode(Price{Symbol: s, Price: 7, TsMs: 2000, Task: 1, AtMs: &at, Late: true})
+		default:
+			_ = json.NewEncoder(rw).Encode(Price{Symbol: s, Price: 9, TsMs: 2000, Task: 1, AtMs: &at})
+		}
+	}))
+	defer srv.Close()
+	a := assignment(1, nil, []int{1})
+	a.Owners = []group.Owner{{InstanceID: "w"}, {InstanceID: "other", Addr: strings.TrimPrefix(srv.URL, "http://")}}
+	r.member.inactive.Store(true)
+	r.w.Assigned(context.Background(), a)
+	r.f.produce("notifications", 1, 500, s, noteJSON("miss", s))
+	r.f.produce("notifications", 1, 1500, s, noteJSON("late", s))
+	r.f.produce("notifications", 1, 2500, s, noteJSON("remote", s))
+
+	time.Sleep(50 * time.Millisecond) // would be enough to write them, were the member active
+	if n := len(r.out.byTopic("alerts")); n != 0 {
+		t.Fatalf("%d alerts written while the group had not confirmed the member", n)
+	}
+	r.member.inactive.Store(false)
+	waitFor(t, "3 alerts", func() bool { return len(r.out.byTopic("alerts")) == 3 })
+	want := map[string]record.Result{"miss": record.ResultMiss, "late": record.ResultLate, "remote": record.ResultRemote}
+	for _, m := range r.out.byTopic("alerts") {
+		var al record.Alert
+		if err := json.Unmarshal(m.Value, &al); err != nil {
+			t.Fatal(err)
+		}
+		if al.Result != want[al.ID] {
+			t.Errorf("alert %s: result %s, want %s", m.Value, al.Result, want[al.ID])
+		}
+	}
+	if st := r.w.Stats(); st.Remote != 1 || st.Late != 1 || st.Miss != 1 || asked.Load() != 3 {
+		t.Errorf("stats %+v after %d lookups, want 1 remote, 1 late, 1 miss from 3", st, asked.Load())
 	}
 }
