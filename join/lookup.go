@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -168,4 +170,68 @@ func (w *Worker) View() AssignmentView {
 	}
 	v.Ready, _ = w.Ready()
 	return v
+}
+
+// errLookup marks a price lookup that failed (a local store fault, or the
+// owner could not be asked): the batch is not written, and is retried.
+// A fault never becomes a miss alert.
+var errLookup = errors.New("price lookup failed")
+
+// lookup sets a's result and price as of tsMs for symbol, whose task is q:
+// from the local store when this member holds q, otherwise from q's owner.
+func (w *Worker) lookup(ctx context.Context, a *record.Alert, q int, symbol string, tsMs int64) error {
+	if st := w.stateTask(q); st != nil {
+		tick, match, err := st.getAsOf(symbol, tsMs)
+		switch {
+		case err == nil:
+			setPrice(a, match, record.ResultLocal, tick.Price, tick.TimestampMs)
+			return nil
+		case !errors.Is(err, errTaskStopped):
+			return fmt.Errorf("%w: task %d: %w", errLookup, q, err)
+		}
+		// The task left this member meanwhile: ask its new owner.
+	}
+	owner, ok := w.owner(q)
+	if !ok || owner.InstanceID == w.cfg.InstanceID || owner.Addr == "" {
+		return fmt.Errorf("%w: task %d of %q has no known owner to ask", errLookup, q, symbol)
+	}
+	p, found, err := w.remote.lookup(ctx, owner.Addr, symbol, tsMs)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.metrics.RemoteLookupErrs.Inc()
+		}
+		return fmt.Errorf("%w: task %d from %s: %w", errLookup, q, owner.InstanceID, err)
+	}
+	match := statestore.Miss
+	switch {
+	case found && p.Late:
+		match = statestore.Late
+	case found:
+		match = statestore.AsOf
+	}
+	setPrice(a, match, record.ResultRemote, p.Price, p.TsMs)
+	return nil
+}
+
+// setPrice fills the join result of a: found is the result of a price
+// as of the notification (local or remote).
+func setPrice(a *record.Alert, m statestore.Match, found record.Result, price float64, tsMs int64) {
+	switch m {
+	case statestore.AsOf:
+		a.Result, a.Price, a.PriceTsMs = found, &price, tsMs
+	case statestore.Late:
+		a.Result, a.Price, a.PriceTsMs = record.ResultLate, &price, tsMs
+	default:
+		a.Result, a.Price, a.PriceTsMs = record.ResultMiss, nil, 0
+	}
+}
+
+func (w *Worker) owner(p int) (group.Owner, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if p < 0 || p >= len(w.assignment.Owners) {
+		return group.Owner{}, false
+	}
+	o := w.assignment.Owners[p]
+	return o, o.InstanceID != ""
 }

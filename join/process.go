@@ -3,14 +3,12 @@ package join
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
-	"github.com/joiner-dev/joiner/statestore"
 )
 
 // processTask joins the notifications of partition p with prices. It owns
@@ -207,26 +205,6 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 	return alerts, failed
 }
 
-// flush writes alerts and dead letters, waits for Kafka to acknowledge
-// them, and counts the joins. It writes only while the membership is
-// active (see Membership.Active): a member paused past its session waits
-// here until its next heartbeat says whether it still holds the task (the
-// task's context ends when it does not).
-func (t *processTask) flush(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
-	w := t.w
-	if err := w.waitActive(ctx); err != nil {
-		return err
-	}
-	if err := w.writeOut(ctx, alerts, dead); err != nil {
-		return err
-	}
-	for _, a := range alerts {
-		w.countJoin(a.Result)
-	}
-	w.metrics.Alerts.Add(float64(len(alerts)))
-	return nil
-}
-
 // remoteConcurrency bounds the remote lookups in flight per task.
 const remoteConcurrency = 32
 
@@ -246,72 +224,4 @@ func (w *Worker) waitActive(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// errLookup marks a price lookup that failed (a local store fault, or the
-// owner could not be asked): the batch is not written, and is retried.
-// A fault never becomes a miss alert.
-var errLookup = errors.New("price lookup failed")
-
-// lookup sets a's result and price as of tsMs for symbol, whose task is q:
-// from the local store when this member holds q, otherwise from q's owner.
-func (w *Worker) lookup(ctx context.Context, a *record.Alert, q int, symbol string, tsMs int64) error {
-	if st := w.stateTask(q); st != nil {
-		tick, match, err := st.getAsOf(symbol, tsMs)
-		switch {
-		case err == nil:
-			setPrice(a, match, record.ResultLocal, tick.Price, tick.TimestampMs)
-			return nil
-		case !errors.Is(err, errTaskStopped):
-			return fmt.Errorf("%w: task %d: %w", errLookup, q, err)
-		}
-		// The task left this member meanwhile: ask its new owner.
-	}
-	owner, ok := w.owner(q)
-	if !ok || owner.InstanceID == w.cfg.InstanceID || owner.Addr == "" {
-		return fmt.Errorf("%w: task %d of %q has no known owner to ask", errLookup, q, symbol)
-	}
-	p, found, err := w.remote.lookup(ctx, owner.Addr, symbol, tsMs)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.metrics.RemoteLookupErrs.Inc()
-		}
-		return fmt.Errorf("%w: task %d from %s: %w", errLookup, q, owner.InstanceID, err)
-	}
-	match := statestore.Miss
-	switch {
-	case found && p.Late:
-		match = statestore.Late
-	case found:
-		match = statestore.AsOf
-	}
-	setPrice(a, match, record.ResultRemote, p.Price, p.TsMs)
-	return nil
-}
-
-// setPrice fills the join result of a: found is the result of a price
-// as of the notification (local or remote).
-func setPrice(a *record.Alert, m statestore.Match, found record.Result, price float64, tsMs int64) {
-	switch m {
-	case statestore.AsOf:
-		a.Result, a.Price, a.PriceTsMs = found, &price, tsMs
-	case statestore.Late:
-		a.Result, a.Price, a.PriceTsMs = record.ResultLate, &price, tsMs
-	default:
-		a.Result, a.Price, a.PriceTsMs = record.ResultMiss, nil, 0
-	}
-}
-
-// deadLetter is a malformed input record on its way to the dead-letter
-// topic.
-type deadLetter struct {
-	topic     string
-	partition int
-	rec       fetchedRecord
-	reason    string
-	err       string
-}
-
-func newDeadLetter(topic string, p int, rec fetchedRecord, err error) deadLetter {
-	return deadLetter{topic: topic, partition: p, rec: rec, reason: record.ReasonOf(err), err: err.Error()}
 }

@@ -9,6 +9,19 @@
 // Delivery is at least once: alerts are acknowledged by Kafka before the
 // offsets of the notifications that produced them are committed, and a
 // store holds its prices and the market offset they came from in one batch.
+//
+// The files, by stage:
+//
+//	input*.go    the edges: Fetcher and Writer, the partition reader, offset resets
+//	restore*.go  state tasks: restore and tail market-p into the store; stores that fail to open
+//	merge.go     the aligned merge of market-p and notifications-p of a merged task
+//	process.go   process tasks: decode, hold, join every notification of a batch
+//	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
+//	output.go    alerts and dead letters: the outbox and the writes
+//	commit.go    the commit loop, committed and start offsets
+//	worker.go    the Worker: configuration, assignment diff, rebalance, stats
+//
+// Record formats live in package record, the HTTP API in package httpapi.
 package join
 
 import (
@@ -27,6 +40,7 @@ import (
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -117,13 +131,12 @@ type Worker struct {
 	cancels    map[any]context.CancelFunc
 	tasks      sync.WaitGroup
 
-	local, remoteN, miss atomic.Int64
-	late                 atomic.Int64
-	restoredRecords      atomic.Int64
-	restores             atomic.Int64 // state tasks started
-	moved                atomic.Int64
-	commitMu             sync.Mutex               // serializes commits
-	committed            map[string]map[int]int64 // last successful commit; guarded by commitMu
+	// The join and moved counts of Stats are read from metrics; these two
+	// have no metric of the same meaning.
+	restoredRecords atomic.Int64             // market records read by completed restores
+	restores        atomic.Int64             // state tasks started
+	commitMu        sync.Mutex               // serializes commits
+	committed       map[string]map[int]int64 // last successful commit; guarded by commitMu
 }
 
 func isKafkaWriterWithTopic(w Writer) bool {
@@ -229,7 +242,6 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 	w.metrics.Rebalances.Inc()
 	if a.Leader {
 		w.metrics.TasksMoved.Add(float64(a.Moved))
-		w.moved.Add(int64(a.Moved))
 	}
 	if a.Error != "" {
 		w.log.Error("the group leader could not plan an assignment; this member holds no tasks until it can", "generation", a.Generation, "err", a.Error)
@@ -467,34 +479,24 @@ func (w *Worker) stateTask(p int) *stateTask {
 	return w.states[p]
 }
 
-func (w *Worker) owner(p int) (group.Owner, bool) {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if p < 0 || p >= len(w.assignment.Owners) {
-		return group.Owner{}, false
-	}
-	o := w.assignment.Owners[p]
-	return o, o.InstanceID != ""
-}
-
 func (w *Worker) partitions() int {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return max(w.assignment.Partitions, 1)
 }
 
+// countJoin counts one join in joiner_joins_total, which Stats reads.
 func (w *Worker) countJoin(r record.Result) {
 	w.metrics.Joins.WithLabelValues(string(r)).Inc()
-	switch r {
-	case record.ResultLocal:
-		w.local.Add(1)
-	case record.ResultRemote:
-		w.remoteN.Add(1)
-	case record.ResultLate:
-		w.late.Add(1)
-	default:
-		w.miss.Add(1)
+}
+
+// counterValue reads a counter of the worker's own Metrics.
+func counterValue(c prometheus.Counter) int64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
 	}
+	return int64(m.GetCounter().GetValue())
 }
 
 func (w *Worker) updateTaskGauges() {
@@ -565,154 +567,14 @@ func (w *Worker) Stats() Stats {
 		Generation:      a.Generation,
 		Tasks:           slices.Clone(a.Topics[w.cfg.Topics.Notifications]),
 		StateTasks:      slices.Clone(a.Topics[w.cfg.Topics.Market]),
-		Local:           w.local.Load(),
-		Remote:          w.remoteN.Load(),
-		Miss:            w.miss.Load(),
-		Late:            w.late.Load(),
+		Local:           counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLocal))),
+		Remote:          counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultRemote))),
+		Miss:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultMiss))),
+		Late:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLate))),
 		RestoredRecords: w.restoredRecords.Load(),
 		Restores:        w.restores.Load(),
-		MovedTotal:      w.moved.Load(),
+		MovedTotal:      counterValue(w.metrics.TasksMoved),
 	}
-}
-
-// committedOffset returns the group's committed offset of topic-p, -1 when
-// none, retrying until ctx is done.
-func (w *Worker) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
-	for attempt := 0; ; attempt++ {
-		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
-		if err == nil {
-			if o, ok := offs[p]; ok && o >= 0 {
-				return o, nil
-			}
-			return w.uncommittedStart(ctx, topic, p)
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		w.log.Warn("cannot fetch the committed offset; retrying", "topic", topic, "partition", p, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return 0, err
-		}
-	}
-}
-
-// commitLoop commits processed offsets every CommitInterval until ctx is
-// done.
-func (w *Worker) commitLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = w.commit(ctx) // counted and logged inside; retried next tick
-		}
-	}
-}
-
-// commit commits the acknowledged notification offsets and the applied
-// market offsets that changed since the last commit.
-func (w *Worker) commit(ctx context.Context) error {
-	w.commitMu.Lock()
-	defer w.commitMu.Unlock()
-	offsets := map[string]map[int]int64{}
-	add := func(topic string, p int, next int64) {
-		if next < 0 || w.committed[topic][p] == next {
-			return
-		}
-		if offsets[topic] == nil {
-			offsets[topic] = map[int]int64{}
-		}
-		offsets[topic][p] = next
-	}
-	// The timestamps of the notifications committed, per merged task, for
-	// the pruning of its history once the commit succeeds.
-	notifTs := map[*stateTask]int64{}
-	w.mu.RLock()
-	for p, t := range w.procs {
-		ts := t.ackedTs.Load()
-		next := t.acked.Load()
-		add(w.cfg.Topics.Notifications, p, next)
-		if t.st != nil && next >= 0 {
-			notifTs[t.st] = ts
-		}
-	}
-	for p, st := range w.states {
-		// Only a restored task knows where the market stands; its offset
-		// never goes below what the group has committed (a store restored
-		// from scratch starts below it).
-		if next, ok := st.marketCommit(); ok {
-			add(w.cfg.Topics.Market, p, next)
-		}
-	}
-	w.mu.RUnlock()
-	if len(offsets) == 0 || w.member == nil {
-		return nil
-	}
-	if err := w.member.Commit(ctx, offsets); err != nil {
-		if !errors.Is(err, group.ErrRebalancing) {
-			w.metrics.CommitErrors.Inc()
-			w.log.Warn("offset commit failed; retrying at the next interval", "err", err)
-		}
-		return err
-	}
-	for st, ts := range notifTs {
-		st.committedTs.Store(max(st.committedTs.Load(), ts))
-	}
-	if w.committed == nil {
-		w.committed = map[string]map[int]int64{}
-	}
-	for topic, ps := range offsets {
-		if w.committed[topic] == nil {
-			w.committed[topic] = map[int]int64{}
-		}
-		for p, o := range ps {
-			w.committed[topic][p] = o
-		}
-	}
-	return nil
-}
-
-// writeOut writes alerts and dead letters and waits for Kafka to
-// acknowledge them, retrying until it does or ctx is done.
-func (w *Worker) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
-	msgs := record.AppendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.Topics.Alerts, alerts)
-	for _, d := range dead {
-		msgs = append(msgs, kafka.Message{
-			Topic: w.cfg.Topics.DeadLetter,
-			Key:   d.rec.Key,
-			Value: d.rec.Value,
-			Time:  d.rec.Time,
-			Headers: []kafka.Header{
-				{Key: "joiner-dead-letter-reason", Value: []byte(d.reason)},
-				{Key: "joiner-dead-letter-error", Value: []byte(d.err)},
-				{Key: "joiner-source", Value: fmt.Appendf(nil, "%s/%d/%d", d.topic, d.partition, d.rec.Offset)},
-			},
-		})
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	for attempt := 0; ; attempt++ {
-		err := w.cfg.Writer.WriteMessages(ctx, msgs...)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.metrics.ProduceErrors.Inc()
-		w.log.Warn("writing alerts failed; retrying the batch", "alerts", len(alerts), "dead_letters", len(dead), "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
-	for _, d := range dead {
-		w.metrics.DeadLetters.WithLabelValues(d.reason).Inc()
-		w.log.Warn("dead-lettered a malformed record", "topic", d.topic, "partition", d.partition, "offset", d.rec.Offset, "reason", d.reason, "err", d.err)
-	}
-	return nil
 }
 
 // SymbolTask is the task (partition index) of symbol among n partitions.
