@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/joiner-dev/joiner/group"
 )
@@ -108,4 +109,32 @@ func TestLostTasksRestartFromCommittedOffsets(t *testing.T) {
 		t.Fatal("task 0 assigned again after Lost was not restarted")
 	}
 	w.stopAll()
+}
+
+// A stopped state task answers errTaskStopped to readers and appliers
+// (the store's own ErrClosed guarantee), closes idempotently, and keeps its
+// applied offset for the final commit.
+func TestStoppedStateTask(t *testing.T) {
+	_, pt, _ := newTestWorker(t)
+	st := pt.st
+	if err := st.applyRetrying(context.Background(), []fetchedRecord{recAt(7, 1, `{"symbol":"X","price":1}`)}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if _, _, err := st.getAsOf("X", 10); !errors.Is(err, errTaskStopped) {
+		t.Errorf("getAsOf after close: %v, want errTaskStopped", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := st.applyRetrying(ctx, []fetchedRecord{recAt(8, 2, `{"symbol":"X","price":2}`)}, -1); !errors.Is(err, errTaskStopped) {
+		t.Errorf("apply after close: %v, want errTaskStopped at once", err)
+	}
+	if got := st.appliedOffset(); got != 7 {
+		t.Errorf("applied offset after close = %d, want 7", got)
+	}
 }

@@ -46,9 +46,7 @@ func TestPriceAsOf(t *testing.T) {
 	}
 	// After pruning at 2500, 1500 is older than the kept history: the
 	// oldest kept version, late.
-	st.mu.RLock()
 	_, err := st.store.Prune(2500)
-	st.mu.RUnlock()
 	if err != nil {
 		t.Fatal(err)
 	}

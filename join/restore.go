@@ -30,12 +30,10 @@ type stateTask struct {
 	restored chan struct{} // closed when the restore is complete
 	stopped  chan struct{} // closed when run returns
 
-	mu sync.RWMutex // guards store against Close while readers use it
-	// store is nil once closed.
+	// store is safe for concurrent use; after its Close every method
+	// returns statestore.ErrClosed (errTaskStopped here) and
+	// AppliedOffset keeps its last value for the final commit.
 	store *statestore.Store
-	// applied mirrors the store's applied offset and survives its close,
-	// so the final commit after the tasks stop still sees it.
-	applied atomic.Int64
 
 	// prunedCut is the cut of the last successful prune; owned by run.
 	prunedCut int64
@@ -75,7 +73,6 @@ func newStateTask(w *Worker, p int, store *statestore.Store, merged bool) *state
 		lastTsMs: -1,
 		changed:  make(chan struct{}),
 	}
-	s.applied.Store(store.AppliedOffset())
 	s.committedTs.Store(-1)
 	return s
 }
@@ -103,16 +100,20 @@ func (s *stateTask) marketCommit() (next int64, ok bool) {
 
 // appliedOffset is the offset of the last market record in the store, -1
 // when none.
-func (s *stateTask) appliedOffset() int64 { return s.applied.Load() }
+func (s *stateTask) appliedOffset() int64 { return s.store.AppliedOffset() }
+
+// taskStoppedErr maps the store's ErrClosed to errTaskStopped.
+func taskStoppedErr(err error) error {
+	if errors.Is(err, statestore.ErrClosed) {
+		return errTaskStopped
+	}
+	return err
+}
 
 // getAsOf reads the version of symbol's price as of tsMs from the store.
 func (s *stateTask) getAsOf(symbol string, tsMs int64) (statestore.Tick, statestore.Match, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.store == nil {
-		return statestore.Tick{}, statestore.Miss, errTaskStopped
-	}
-	return s.store.GetAsOf(symbol, tsMs)
+	tick, match, err := s.store.GetAsOf(symbol, tsMs)
+	return tick, match, taskStoppedErr(err)
 }
 
 // pruneCut is the time before which the task's history may go: the
@@ -140,13 +141,11 @@ func (s *stateTask) prune(log *slog.Logger) {
 	if !ok || cut <= s.prunedCut {
 		return
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.store == nil {
-		return
-	}
 	began := time.Now()
 	n, err := s.store.Prune(cut)
+	if errors.Is(err, statestore.ErrClosed) {
+		return // the task stopped
+	}
 	if err != nil {
 		log.Warn("pruning the price history failed; retrying at the next interval", "cut_ms", cut, "err", err)
 		return
@@ -166,14 +165,10 @@ func (w *Worker) pruneInterval() time.Duration {
 
 // close closes the store; readers after it get errTaskStopped.
 func (s *stateTask) close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.store == nil {
-		return nil
+	if err := s.store.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {
+		return err
 	}
-	err := s.store.Close()
-	s.store = nil
-	return err
+	return nil
 }
 
 // run restores the task, then tails the market partition until ctx is
@@ -327,16 +322,10 @@ func (s *stateTask) apply(ctx context.Context, recs []fetchedRecord, dlqFrom int
 			return err
 		}
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.store == nil {
-		return errTaskStopped
-	}
 	last := recs[len(recs)-1].Offset
 	if err := s.store.Apply(ticks, last); err != nil {
-		return fmt.Errorf("task %d: %w", s.p, err)
+		return fmt.Errorf("task %d: %w", s.p, taskStoppedErr(err))
 	}
-	s.applied.Store(last)
 	return nil
 }
 
