@@ -114,7 +114,7 @@ func (r *partitionReader) fetch(ctx context.Context) ([]fetchedRecord, error) {
 			if ferr != nil {
 				return nil, ferr
 			}
-			reportOffsetReset(r.client, r.topic, r.partition, r.next, first) // offsetreset.go
+			reportOffsetReset(r.client, r.topic, r.partition, r.next, first) // input_offsetreset.go
 			r.next = first
 			return nil, nil
 		}

@@ -116,7 +116,7 @@ type Worker struct {
 	member Membership
 	gate   *gate // pauses notifications from Rebalancing to Assigned
 
-	faults storeFaults // tasks whose store failed (storefault.go)
+	faults storeFaults // tasks whose store failed (restore_faults.go)
 
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
@@ -251,7 +251,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 
 	// A task whose state and notifications are both here runs merged; a
 	// task that changes between merged and not is restarted.
-	inState, inProc := set(wantState), set(wantProc)
+	inState, inProc := taskSet(wantState), taskSet(wantProc)
 	colocated := func(p int) bool { return inState[p] && inProc[p] }
 	w.mu.Lock()
 	var stopProcs []*processTask
@@ -321,7 +321,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 				st = fresh[p]
 			}
 			if st == nil {
-				continue // its store failed to open: not processed here (storefault.go)
+				continue // its store failed to open: not processed here (restore_faults.go)
 			}
 		}
 		newProcs = append(newProcs, newProcessTask(w, p, st))
@@ -580,7 +580,8 @@ func (w *Worker) Stats() Stats {
 // SymbolTask is the task (partition index) of symbol among n partitions.
 func SymbolTask(symbol string, n int) int { return murmur2.Partition([]byte(symbol), n) }
 
-func set(ps []int) map[int]bool {
+// taskSet returns the tasks ps as a set.
+func taskSet(ps []int) map[int]bool {
 	m := make(map[int]bool, len(ps))
 	for _, p := range ps {
 		m[p] = true
