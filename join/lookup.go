@@ -130,48 +130,6 @@ func (c *remoteClient) get(ctx context.Context, u string) (p Price, found, retry
 	}
 }
 
-// AssignmentView is the answer of GET /v1/assignment (Worker.View).
-type AssignmentView struct {
-	Instance   string `json:"instance"`
-	Generation int32  `json:"generation"`
-	Leader     bool   `json:"leader"`
-	Partitions int    `json:"partitions"`
-	// Tasks are the notification partitions processed here; StateTasks
-	// the market partitions whose state is held here.
-	Tasks      []int `json:"tasks"`
-	StateTasks []int `json:"state_tasks"`
-	// Owners[p] is the instance id owning task p's state.
-	Owners []string `json:"owners"`
-	// Moved is the moved count of this generation's plan.
-	Moved int  `json:"moved"`
-	Ready bool `json:"ready"`
-	Stats
-}
-
-// View returns this member's assignment and join counts (GET
-// /v1/assignment).
-func (w *Worker) View() AssignmentView {
-	w.mu.RLock()
-	a := w.assignment
-	w.mu.RUnlock()
-	v := AssignmentView{
-		Instance: w.cfg.InstanceID, Generation: a.Generation, Leader: a.Leader, Partitions: a.Partitions,
-		Moved: a.Moved, Stats: w.Stats(), Owners: make([]string, len(a.Owners)),
-	}
-	v.Tasks, v.StateTasks = v.Stats.Tasks, v.Stats.StateTasks
-	if v.Tasks == nil {
-		v.Tasks = []int{}
-	}
-	if v.StateTasks == nil {
-		v.StateTasks = []int{}
-	}
-	for i, o := range a.Owners {
-		v.Owners[i] = o.InstanceID
-	}
-	v.Ready, _ = w.Ready()
-	return v
-}
-
 // errLookup marks a price lookup that failed (a local store fault, or the
 // owner could not be asked): the batch is not written, and is retried.
 // A fault never becomes a miss alert.

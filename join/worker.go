@@ -40,7 +40,6 @@ import (
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -143,10 +142,6 @@ func isKafkaWriterWithTopic(w Writer) bool {
 	kw, ok := w.(*kafka.Writer)
 	return ok && kw.Topic != ""
 }
-
-// Registry returns the registry the metrics went to when
-// Config.Registerer was nil, else nil.
-func (w *Worker) Registry() *prometheus.Registry { return w.reg }
 
 // NewWorker validates cfg and builds a Worker.
 func NewWorker(cfg Config) (*Worker, error) {
@@ -490,15 +485,6 @@ func (w *Worker) countJoin(r record.Result) {
 	w.metrics.Joins.WithLabelValues(string(r)).Inc()
 }
 
-// counterValue reads a counter of the worker's own Metrics.
-func counterValue(c prometheus.Counter) int64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return 0
-	}
-	return int64(m.GetCounter().GetValue())
-}
-
 func (w *Worker) updateTaskGauges() {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -510,71 +496,6 @@ func (w *Worker) updateTaskGauges() {
 	}
 	w.metrics.Tasks.WithLabelValues("active").Set(float64(len(w.procs)))
 	w.metrics.Tasks.WithLabelValues("restoring").Set(float64(restoring))
-}
-
-// Ready reports whether the worker has an assignment and every state task
-// it holds has been restored: the /readyz condition.
-func (w *Worker) Ready() (bool, string) {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if !w.assigned {
-		return false, "no assignment yet"
-	}
-	if why := w.faultsLocked(); why != "" {
-		return false, why
-	}
-	var waiting []int
-	for p, st := range w.states {
-		if !st.isRestored() {
-			waiting = append(waiting, p)
-		}
-	}
-	if len(waiting) > 0 {
-		slices.Sort(waiting)
-		return false, fmt.Sprintf("restoring tasks %v", waiting)
-	}
-	return true, "ok"
-}
-
-// Stats is a snapshot of one worker's joins.
-type Stats struct {
-	Instance   string `json:"-"`
-	Generation int32  `json:"-"`
-	// Tasks are the notification partitions this worker processes.
-	Tasks []int `json:"-"`
-	// StateTasks are the market partitions whose state it holds.
-	StateTasks []int `json:"-"`
-	Local      int64 `json:"local"`
-	Remote     int64 `json:"remote"`
-	Miss       int64 `json:"miss"`
-	Late       int64 `json:"late"`
-	// RestoredRecords counts market records read by restores; Restores
-	// counts the state tasks started (each restores before it tails).
-	RestoredRecords int64 `json:"restored_records"`
-	Restores        int64 `json:"restores"`
-	// MovedTotal sums the moved counts of the plans this worker computed
-	// as leader.
-	MovedTotal int64 `json:"moved_total"`
-}
-
-// Stats returns a snapshot of the worker's assignment and join counts.
-func (w *Worker) Stats() Stats {
-	w.mu.RLock()
-	a := w.assignment
-	w.mu.RUnlock()
-	return Stats{
-		Instance:        w.cfg.InstanceID,
-		Generation:      a.Generation,
-		Tasks:           slices.Clone(a.Topics[w.cfg.Topics.Notifications]),
-		StateTasks:      slices.Clone(a.Topics[w.cfg.Topics.Market]),
-		Local:           counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLocal))),
-		Remote:          counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultRemote))),
-		Miss:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultMiss))),
-		Late:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLate))),
-		RestoredRecords: w.restoredRecords.Load(),
-		Restores:        w.restores.Load(),
-		MovedTotal:      counterValue(w.metrics.TasksMoved),
-	}
 }
 
 // SymbolTask is the task (partition index) of symbol among n partitions.
