@@ -143,43 +143,57 @@ func isKafkaWriterWithTopic(w Writer) bool {
 	return ok && kw.Topic != ""
 }
 
-// NewWorker validates cfg and builds a Worker.
-func NewWorker(cfg Config) (*Worker, error) {
+// Validate reports the first problem of c: a required field left empty,
+// a *kafka.Writer with a Topic, or an unknown StartOffset. NewWorker calls
+// it; zero values of the other fields take their defaults.
+func (c *Config) Validate() error {
 	switch {
-	case cfg.Client == nil:
-		return nil, errors.New("join: Config.Client is required")
-	case cfg.Writer == nil:
-		return nil, errors.New("join: Config.Writer is required")
-	case isKafkaWriterWithTopic(cfg.Writer):
-		return nil, errors.New("join: Config.Writer.Topic must be empty: alerts and dead letters go to different topics")
-	case cfg.Stores == nil:
-		return nil, errors.New("join: Config.Stores is required")
-	case cfg.InstanceID == "":
-		return nil, errors.New("join: Config.InstanceID is required")
+	case c.Client == nil:
+		return errors.New("join: Config.Client is required")
+	case c.Writer == nil:
+		return errors.New("join: Config.Writer is required")
+	case isKafkaWriterWithTopic(c.Writer):
+		return errors.New("join: Config.Writer.Topic must be empty: alerts and dead letters go to different topics")
+	case c.Stores == nil:
+		return errors.New("join: Config.Stores is required")
+	case c.InstanceID == "":
+		return errors.New("join: Config.InstanceID is required")
 	}
-	if err := validStartOffset(cfg.StartOffset); err != nil {
-		return nil, err
-	}
-	cfg.Topics = cfg.Topics.WithDefaults()
+	return validStartOffset(c.StartOffset)
+}
+
+// withDefaults returns c with every zero field set to the default its
+// doc comment names: the one place join's defaults are applied.
+func (c Config) withDefaults() Config {
+	c.Topics = c.Topics.WithDefaults()
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
 		}
 	}
-	defDur(&cfg.MaxTaskIdle, time.Second)
-	defDur(&cfg.CommitInterval, time.Second)
-	defDur(&cfg.FetchMaxWait, 250*time.Millisecond)
-	defDur(&cfg.RemoteTimeout, 5*time.Second)
-	defDur(&cfg.HistoryRetention, time.Hour)
-	if cfg.MaxRecordBytes <= 0 {
-		cfg.MaxRecordBytes = record.DefaultMaxRecordBytes
+	defDur(&c.MaxTaskIdle, time.Second)
+	defDur(&c.CommitInterval, time.Second)
+	defDur(&c.FetchMaxWait, 250*time.Millisecond)
+	defDur(&c.RemoteTimeout, 5*time.Second)
+	defDur(&c.HistoryRetention, time.Hour)
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = record.DefaultMaxRecordBytes
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
+	return c
+}
+
+// NewWorker validates cfg and builds a Worker.
+func NewWorker(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	w := &Worker{
 		cfg:     cfg,
 		log:     cfg.Logger.With("instance", cfg.InstanceID),
