@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -193,7 +193,7 @@ func (b *bench) latencyOnce(ctx context.Context, round int) (latencyRound, error
 	// One tick per symbol first, so that every notification finds a price.
 	first := make([]kafka.Message, len(syms))
 	for i, s := range syms {
-		first[i] = kafka.Message{Topic: market, Key: []byte(s), Value: fmt.Appendf(nil, `{"symbol":%q,"price":%d}`, s, 1000+i)}
+		first[i] = kafka.Message{Topic: market, Key: []byte(s), Value: record.AppendTick(nil, record.Tick{Symbol: s, Price: float64(1000 + i)})}
 	}
 	if err := w.WriteMessages(ctx, first...); err != nil {
 		return latencyRound{}, fmt.Errorf("producing the first ticks: %w", err)
@@ -217,11 +217,11 @@ func (b *bench) latencyOnce(ctx context.Context, round int) (latencyRound, error
 			s := syms[sent%int64(len(syms))]
 			// Of every (rate+tickRate) records, tickRate are ticks, spread evenly.
 			if int64(float64(sent+1)*c.latencyTickRate/total) > int64(float64(sent)*c.latencyTickRate/total) {
-				batch = append(batch, kafka.Message{Topic: market, Key: []byte(s), Value: fmt.Appendf(nil, `{"symbol":%q,"price":%d.5}`, s, 1000+sent%997)})
+				batch = append(batch, kafka.Message{Topic: market, Key: []byte(s), Value: record.AppendTick(nil, record.Tick{Symbol: s, Price: float64(1000+sent%997) + 0.5})})
 				r.Ticks++
 				continue
 			}
-			batch = append(batch, kafka.Message{Topic: notifications, Key: []byte(s), Value: fmt.Appendf(nil, `{"id":"l%d-%d","user":"u%d","symbol":%q,"text":"%s moved"}`, round, sent, sent%97, s, s)})
+			batch = append(batch, kafka.Message{Topic: notifications, Key: []byte(s), Value: record.AppendNotification(nil, &record.Notification{ID: fmt.Sprintf("l%d-%d", round, sent), User: fmt.Sprintf("u%d", sent%97), Symbol: s, Text: s + " moved"})})
 			r.Notifications++
 		}
 		if len(batch) > 0 {
@@ -243,7 +243,7 @@ func (b *bench) latencyOnce(ctx context.Context, round int) (latencyRound, error
 	// then each alert's append time minus its notification's.
 	acked := make(map[string]int64, r.Notifications)
 	err = b.readAll(ctx, notifications, c.partitions, func(_ int, ts time.Time, v []byte) {
-		if n, err := join.DecodeNotification(v, 0); err == nil {
+		if n, err := record.DecodeNotification(v, 0); err == nil {
 			acked[n.ID] = ts.UnixMilli()
 		}
 	})
@@ -253,7 +253,7 @@ func (b *bench) latencyOnce(ctx context.Context, round int) (latencyRound, error
 	cutoff := began.Add(time.Duration(c.latencyWarmup * float64(time.Second))).UnixMilli()
 	var lat []float64
 	err = b.readAll(ctx, alerts, c.partitions, func(_ int, ts time.Time, v []byte) {
-		n, err := join.DecodeNotification(v, 0)
+		n, err := record.DecodeNotification(v, 0)
 		if err != nil {
 			return
 		}

@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -28,7 +28,7 @@ import (
 type Broker struct {
 	cluster *kfake.Cluster // nil for an external cluster
 	Addrs   []string
-	Topics  node.Topics
+	Topics  record.Topics
 	// Group is the consumer group the workers join.
 	Group string
 	// Partitions of every topic.
@@ -45,7 +45,7 @@ func StartBroker(partitions int) (*Broker, error) {
 	if partitions < 1 {
 		return nil, fmt.Errorf("partitions must be at least 1, got %d", partitions)
 	}
-	t := node.Topics{Market: "market", Notifications: "notifications", Alerts: "alerts", DeadLetter: "joiner-dead-letters"}
+	t := record.Topics{}.WithDefaults()
 	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
 		kfake.GroupMinSessionTimeout(500*time.Millisecond),
@@ -77,7 +77,7 @@ func UseBrokers(ctx context.Context, addrs []string, partitions, replication int
 		return nil, fmt.Errorf("partitions must be at least 1, got %d", partitions)
 	}
 	run := fmt.Sprintf("joiner-demo-%d", time.Now().UnixNano())
-	t := node.Topics{Market: run + "-market", Notifications: run + "-notifications", Alerts: run + "-alerts", DeadLetter: run + "-dead-letters"}
+	t := record.Topics{Market: run + "-market", Notifications: run + "-notifications", Alerts: run + "-alerts", DeadLetter: run + "-dead-letters"}
 	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 30 * time.Second}
 	if tr != nil {
 		client.Transport = tr
@@ -250,7 +250,7 @@ func (a *Alerts) add(value []byte) {
 	a.Records++
 	// An alert carries the notification's fields: the notification decoder
 	// finds its id without decoding the rest.
-	n, err := join.DecodeNotification(value, len(value))
+	n, err := record.DecodeNotification(value, len(value))
 	if err != nil {
 		return
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -107,11 +108,11 @@ func checkAlerts(t *testing.T, h *harness) *testkit.Alerts {
 		t.Fatal(err)
 	}
 	for _, v := range r.Values() {
-		var al join.Alert
+		var al record.Alert
 		if err := json.Unmarshal(v, &al); err != nil {
 			t.Fatalf("alert %q: %v", v, err)
 		}
-		if al.Result == join.ResultMiss {
+		if al.Result == record.ResultMiss {
 			if _, priced := h.last[al.Symbol]; priced {
 				t.Errorf("alert %s for %s says miss, but the symbol has a price", al.ID, al.Symbol)
 			}
@@ -154,7 +155,7 @@ func TestFaultForeignMemberGetsNoTasks(t *testing.T) {
 	var logs logBuffer
 	foreign := startNode(t, node.Config{
 		Brokers: h.b.Addrs, Group: h.b.Group, InstanceID: "foreign",
-		Topics:    node.Topics{Market: "prices", Notifications: h.b.Topics.Notifications, Alerts: h.b.Topics.Alerts, DeadLetter: h.b.Topics.DeadLetter},
+		Topics:    record.Topics{Market: "prices", Notifications: h.b.Topics.Notifications, Alerts: h.b.Topics.Alerts, DeadLetter: h.b.Topics.DeadLetter},
 		StateDirs: []string{t.TempDir()}, HTTPAddr: "127.0.0.1:0", CacheBytes: 8 << 20,
 		SessionTimeout: 1500 * time.Millisecond, HeartbeatInterval: 250 * time.Millisecond, RebalanceTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),

@@ -19,11 +19,11 @@ import (
 	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/internal/oracle"
 	"github.com/joiner-dev/joiner/internal/testkit"
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 )
 
 // syncBuffer is a log sink shared by the workers' goroutines.
@@ -99,14 +99,14 @@ func TestSecureFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := map[string]join.Alert{}
+	last := map[string]record.Alert{}
 	r := oracle.NewAlertReader(b.Client, b.Topics.Alerts, b.Partitions)
 	for len(last) < sum.Notifications && ctx.Err() == nil {
 		if err := r.Poll(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for _, v := range r.Values() {
-			var a join.Alert
+			var a record.Alert
 			if err := json.Unmarshal(v, &a); err != nil {
 				t.Fatalf("alert %q: %v", v, err)
 			}
@@ -119,7 +119,7 @@ func TestSecureFleet(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("no alert for %s", id)
-		case a.Result != join.ResultRemote || a.Price == nil || *a.Price != sum.LastPrice[a.Symbol]:
+		case a.Result != record.ResultRemote || a.Price == nil || *a.Price != sum.LastPrice[a.Symbol]:
 			t.Errorf("alert %s: result %s price %v, want remote with %v", id, a.Result, a.Price, sum.LastPrice[a.Symbol])
 		}
 	}

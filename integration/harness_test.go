@@ -30,6 +30,7 @@ import (
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
 )
@@ -779,11 +780,11 @@ func (c *cluster) waitAlerts(notificationIDs []string, timeout time.Duration) in
 // checkAlertResults checks the join result of every alert read so far:
 // with the co-partition plan, every alert is local, carries a price and
 // names the worker that made it.
-func (c *cluster) checkAlertResults() map[join.Result]int {
+func (c *cluster) checkAlertResults() map[record.Result]int {
 	c.t.Helper()
 	res := c.alerts.results()
 	c.t.Logf("alerts by result: %v; bad alerts: %d", res, c.alerts.bad())
-	if res[join.ResultRemote] != 0 || res[join.ResultMiss] != 0 {
+	if res[record.ResultRemote] != 0 || res[record.ResultMiss] != 0 {
 		c.t.Errorf("alerts by result %v: want only local joins with the co-partition plan", res)
 	}
 	if n := c.alerts.bad(); n != 0 {
@@ -946,15 +947,15 @@ type alertReader struct {
 	mu       sync.Mutex
 	byID     map[string]int
 	workers  map[string][]string // per id, the worker of each alert in read order
-	last     map[string]join.Alert
-	byResult map[join.Result]int
+	last     map[string]record.Alert
+	byResult map[record.Result]int
 	nRecords int
 	nBad     int
 }
 
 func newAlertReader(c *kafka.Client, topic string, partitions int) *alertReader {
 	return &alertReader{client: c, topic: topic, partitions: partitions,
-		byID: map[string]int{}, workers: map[string][]string{}, last: map[string]join.Alert{}, byResult: map[join.Result]int{}}
+		byID: map[string]int{}, workers: map[string][]string{}, last: map[string]record.Alert{}, byResult: map[record.Result]int{}}
 }
 
 func (a *alertReader) run(ctx context.Context) {
@@ -971,12 +972,12 @@ func (a *alertReader) run(ctx context.Context) {
 }
 
 func (a *alertReader) add(v []byte) {
-	var al join.Alert
+	var al record.Alert
 	err := json.Unmarshal(v, &al)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.nRecords++
-	if err != nil || al.ID == "" || al.Worker == "" || (al.Result != join.ResultMiss && al.Price == nil) {
+	if err != nil || al.ID == "" || al.Worker == "" || (al.Result != record.ResultMiss && al.Price == nil) {
 		a.nBad++
 		return
 	}
@@ -1027,14 +1028,14 @@ func (a *alertReader) duplicates(ids []string) (int, map[string]int) {
 	return n, by
 }
 
-func (a *alertReader) results() map[join.Result]int {
+func (a *alertReader) results() map[record.Result]int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return maps.Clone(a.byResult)
 }
 
 // alert returns the last alert read for a notification id.
-func (a *alertReader) alert(id string) (join.Alert, bool) {
+func (a *alertReader) alert(id string) (record.Alert, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	al, ok := a.last[id]

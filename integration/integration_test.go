@@ -22,6 +22,7 @@ import (
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
+	"github.com/joiner-dev/joiner/record"
 )
 
 const partitions = 6
@@ -70,8 +71,8 @@ func TestIntegrationFourWorkers(t *testing.T) {
 	if local != 30 || remote != 0 || miss != 0 {
 		t.Errorf("joins: local %d, remote %d, miss %d; want 30, 0, 0", local, remote, miss)
 	}
-	if res[join.ResultLocal] != 30+dups {
-		t.Errorf("%d local alerts on the topic, want %d", res[join.ResultLocal], 30+dups)
+	if res[record.ResultLocal] != 30+dups {
+		t.Errorf("%d local alerts on the topic, want %d", res[record.ResultLocal], 30+dups)
 	}
 
 	c.stopAll(ws)

@@ -27,9 +27,9 @@ import (
 
 	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/internal/testkit"
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -265,7 +265,7 @@ func TestSecureWorkersAndLoadgen(t *testing.T) {
 	c.checkPrices(ids, prices)
 	res := c.alerts.results()
 	t.Logf("alerts by result: %v", res)
-	if res[join.ResultRemote] < 30 || res[join.ResultMiss] != 0 {
+	if res[record.ResultRemote] < 30 || res[record.ResultMiss] != 0 {
 		t.Errorf("alerts by result %v: want every join remote (a lookup over https with the token), no miss", res)
 	}
 

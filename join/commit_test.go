@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/joiner-dev/joiner/group"
 )
@@ -36,7 +37,7 @@ func TestMarketCommitNeverGoesBack(t *testing.T) {
 	w.member = fm
 	st := pt.st
 	st.dlqFrom = 100 // the group's committed market offset
-	if err := st.applyRetrying(context.Background(), []record{recAt(5, 1, `{"symbol":"X","price":1}`)}, st.dlqFrom); err != nil {
+	if err := st.applyRetrying(context.Background(), []fetchedRecord{recAt(5, 1, `{"symbol":"X","price":1}`)}, st.dlqFrom); err != nil {
 		t.Fatal(err)
 	}
 	restoring, err := w.cfg.Stores.OpenTask(1)
@@ -58,7 +59,7 @@ func TestMarketCommitNeverGoesBack(t *testing.T) {
 		t.Errorf("market offset %d committed for task 1, which is still restoring", got)
 	}
 	// Past the group's offset, the applied offset leads.
-	if err := st.applyRetrying(context.Background(), []record{recAt(150, 2, `{"symbol":"X","price":2}`)}, st.dlqFrom); err != nil {
+	if err := st.applyRetrying(context.Background(), []fetchedRecord{recAt(150, 2, `{"symbol":"X","price":2}`)}, st.dlqFrom); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.commit(context.Background()); err != nil {
@@ -108,4 +109,32 @@ func TestLostTasksRestartFromCommittedOffsets(t *testing.T) {
 		t.Fatal("task 0 assigned again after Lost was not restarted")
 	}
 	w.stopAll()
+}
+
+// A stopped state task answers errTaskStopped to readers and appliers
+// (the store's own ErrClosed guarantee), closes idempotently, and keeps its
+// applied offset for the final commit.
+func TestStoppedStateTask(t *testing.T) {
+	_, pt, _ := newTestWorker(t)
+	st := pt.st
+	if err := st.applyRetrying(context.Background(), []fetchedRecord{recAt(7, 1, `{"symbol":"X","price":1}`)}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if _, _, err := st.getAsOf("X", 10); !errors.Is(err, errTaskStopped) {
+		t.Errorf("getAsOf after close: %v, want errTaskStopped", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := st.applyRetrying(ctx, []fetchedRecord{recAt(8, 2, `{"symbol":"X","price":2}`)}, -1); !errors.Is(err, errTaskStopped) {
+		t.Errorf("apply after close: %v, want errTaskStopped at once", err)
+	}
+	if got := st.appliedOffset(); got != 7 {
+		t.Errorf("applied offset after close = %d, want 7", got)
+	}
 }

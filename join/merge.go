@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
@@ -14,7 +15,7 @@ import (
 // fetched is one fetch of a prefetching reader: its records (possibly
 // none) and the reader's position and high watermark after it.
 type fetched struct {
-	recs []record
+	recs []fetchedRecord
 	next int64
 	hwm  int64
 }
@@ -74,8 +75,8 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		cancel()
 		wg.Wait()
 	}()
-	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
-	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait), log)
+	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
+	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait), log)
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
 	m.out = t.startOutbox(fctx, &wg)
 	lookupFailures := 0
@@ -160,7 +161,7 @@ type merger struct {
 	t  *processTask
 	st *stateTask
 
-	mbuf, nbuf   []record
+	mbuf, nbuf   []fetchedRecord
 	mNext, nNext int64 // the readers' positions after their last fetch
 	lag          prometheus.Gauge
 	// out writes the alerts of joined chunks in order while the merge goes
@@ -261,9 +262,9 @@ func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *
 // read to the end offset it has now.
 func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 	w := m.t.w
-	topic, next := w.cfg.MarketTopic, m.mNext
+	topic, next := w.cfg.Topics.Market, m.mNext
 	if len(m.nbuf) == 0 {
-		topic, next = w.cfg.NotificationsTopic, m.nNext
+		topic, next = w.cfg.Topics.Notifications, m.nNext
 	}
 	end, err := listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
 	if err != nil {
@@ -281,7 +282,7 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
-		alerts  []Alert
+		alerts  []record.Alert
 		dead    []deadLetter
 		acked   int64 = -1
 		ackedTs int64 = -1
@@ -310,7 +311,7 @@ func (m *merger) pass(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	join := func(recs []record) error {
+	join := func(recs []fetchedRecord) error {
 		good, bad := t.decode(recs)
 		a, err := t.joinAll(ctx, good)
 		if errors.Is(err, errLookup) {
@@ -328,7 +329,7 @@ func (m *merger) pass(ctx context.Context) error {
 		m.nbuf = m.nbuf[len(recs):]
 		return flush()
 	}
-	apply := func(recs []record) error {
+	apply := func(recs []fetchedRecord) error {
 		if err := m.st.applyRetrying(ctx, recs, m.st.dlqFrom); err != nil {
 			return err
 		}
@@ -366,65 +367,11 @@ func (m *merger) pass(ctx context.Context) error {
 
 // prefix is the length of the longest prefix of recs whose timestamps
 // satisfy ok.
-func prefix(recs []record, ok func(tsMs int64) bool) int {
+func prefix(recs []fetchedRecord, ok func(tsMs int64) bool) int {
 	for i, r := range recs {
 		if !ok(r.Time.UnixMilli()) {
 			return i
 		}
 	}
 	return len(recs)
-}
-
-// chunk is the output of one joined chunk of notifications: its alerts and
-// dead letters, and the offset after its last notification with the
-// newest timestamp in it, acknowledged once they are written.
-type chunk struct {
-	alerts []Alert
-	dead   []deadLetter
-	next   int64
-	ts     int64
-}
-
-// outboxDepth is how many joined chunks may wait for the writer: the merge
-// joins ahead while the oldest is written, and blocks past that.
-const outboxDepth = 2
-
-// startOutbox starts the task's writer goroutine (owned by wg, stopped by
-// ctx): it writes the chunks in order, waits for each acknowledgement,
-// then advances the task's acknowledged offset and releases the chunk's
-// hold on the rebalance gate. Chunks not written when ctx ends are
-// dropped unacknowledged: they are read again by whoever processes the
-// task next.
-func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<- chunk {
-	ch := make(chan chunk, outboxDepth)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer func() {
-			for {
-				select {
-				case <-ch:
-					t.w.gate.leave()
-				default:
-					return
-				}
-			}
-		}()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case c := <-ch:
-				err := t.flush(ctx, c.alerts, c.dead)
-				if err == nil {
-					t.ack(c.next, c.ts)
-				}
-				t.w.gate.leave()
-				if err != nil {
-					return
-				}
-			}
-		}
-	}()
-	return ch
 }

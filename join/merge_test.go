@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -48,14 +49,14 @@ func newTestWorker(t *testing.T) (*Worker, *processTask, *kafka.Client) {
 	return w, newProcessTask(w, 0, st), client
 }
 
-func recAt(offset int64, ms int, value string) record {
-	return record{Offset: offset, Time: time.UnixMilli(int64(ms)), Value: []byte(value)}
+func recAt(offset int64, ms int, value string) fetchedRecord {
+	return fetchedRecord{Offset: offset, Time: time.UnixMilli(int64(ms)), Value: []byte(value)}
 }
 
 // readAlerts returns the alerts written so far, by notification id.
-func readAlerts(t *testing.T, c *kafka.Client, want int) map[string]Alert {
+func readAlerts(t *testing.T, c *kafka.Client, want int) map[string]record.Alert {
 	t.Helper()
-	out := map[string]Alert{}
+	out := map[string]record.Alert{}
 	deadline := time.Now().Add(10 * time.Second)
 	for next := int64(0); len(out) < want && time.Now().Before(deadline); {
 		res, err := c.Fetch(context.Background(), &kafka.FetchRequest{Topic: "alerts", Partition: 0, Offset: next, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
@@ -68,7 +69,7 @@ func readAlerts(t *testing.T, c *kafka.Client, want int) map[string]Alert {
 				break
 			}
 			v, _ := kafka.ReadAll(rec.Value)
-			var a Alert
+			var a record.Alert
 			if err := json.Unmarshal(v, &a); err != nil {
 				t.Fatal(err)
 			}
@@ -84,15 +85,15 @@ func readAlerts(t *testing.T, c *kafka.Client, want int) map[string]Alert {
 // order yet stays buffered until the other side is known to be at its end.
 func TestMergePassFollowsTimestamps(t *testing.T) {
 	_, pt, client := newTestWorker(t)
-	tick := func(off int64, ms int, price float64) record {
+	tick := func(off int64, ms int, price float64) fetchedRecord {
 		return recAt(off, ms, fmt.Sprintf(`{"symbol":"BBCA","price":%v}`, price))
 	}
-	note := func(off int64, ms int, id string) record {
+	note := func(off int64, ms int, id string) fetchedRecord {
 		return recAt(off, ms, fmt.Sprintf(`{"id":%q,"symbol":"BBCA"}`, id))
 	}
 	m := merger{t: pt, st: pt.st, mNext: 3, nNext: 6,
-		mbuf: []record{tick(0, 1000, 1), tick(1, 2000, 2), tick(2, 3000, 3)},
-		nbuf: []record{note(0, 500, "before-any"), note(1, 1000, "at-1000"), note(2, 1500, "at-1500"),
+		mbuf: []fetchedRecord{tick(0, 1000, 1), tick(1, 2000, 2), tick(2, 3000, 3)},
+		nbuf: []fetchedRecord{note(0, 500, "before-any"), note(1, 1000, "at-1000"), note(2, 1500, "at-1500"),
 			recAt(3, 1600, `{"id":"broken"`), note(4, 2500, "at-2500"), note(5, 9000, "at-9000")},
 	}
 	ctx := context.Background()
@@ -116,11 +117,11 @@ func TestMergePassFollowsTimestamps(t *testing.T) {
 	want := map[string]float64{"at-1000": 1, "at-1500": 1, "at-2500": 2, "at-9000": 3}
 	for id, price := range want {
 		a := alerts[id]
-		if a.Price == nil || *a.Price != price || a.Result != ResultLocal {
+		if a.Price == nil || *a.Price != price || a.Result != record.ResultLocal {
 			t.Errorf("%s: joined %+v, want price %v", id, a, price)
 		}
 	}
-	if a := alerts["before-any"]; a.Result != ResultMiss || a.Price != nil {
+	if a := alerts["before-any"]; a.Result != record.ResultMiss || a.Price != nil {
 		t.Errorf("a notification older than every tick joined %+v, want a miss", a)
 	}
 	if pt.st.appliedOffset() != 2 {
@@ -132,7 +133,7 @@ func TestMergePassFollowsTimestamps(t *testing.T) {
 // side, a pass applies nothing until that side is known to be at its end.
 func TestMergePassHoldsTicksForOlderNotifications(t *testing.T) {
 	_, pt, _ := newTestWorker(t)
-	m := merger{t: pt, st: pt.st, mbuf: []record{recAt(0, 1000, `{"symbol":"BBCA","price":1}`)}}
+	m := merger{t: pt, st: pt.st, mbuf: []fetchedRecord{recAt(0, 1000, `{"symbol":"BBCA","price":1}`)}}
 	if err := m.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +176,11 @@ func TestMergeIdleClockStopsAtTheGate(t *testing.T) {
 func TestMergeForceTakesFetchedBatchesFirst(t *testing.T) {
 	_, pt, client := newTestWorker(t)
 	m := merger{t: pt, st: pt.st, mNext: 0, nNext: 1,
-		nbuf: []record{recAt(0, 2000, `{"id":"n","symbol":"BBCA"}`)},
+		nbuf: []fetchedRecord{recAt(0, 2000, `{"id":"n","symbol":"BBCA"}`)},
 		lag:  pt.w.metrics.TaskLag.WithLabelValues("0"),
 	}
 	mCh, nCh := make(chan fetched, 1), make(chan fetched, 1)
-	mCh <- fetched{recs: []record{recAt(0, 1500, `{"symbol":"BBCA","price":7}`)}, next: 1}
+	mCh <- fetched{recs: []fetchedRecord{recAt(0, 1500, `{"symbol":"BBCA","price":7}`)}, next: 1}
 	log := pt.w.log
 	m.idleExpired(context.Background(), mCh, nCh, log)
 	if m.force || len(m.mbuf) != 1 {
@@ -211,7 +212,7 @@ func TestOutboxChunksHoldTheGate(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	var nbuf []record
+	var nbuf []fetchedRecord
 	for i := range 2*mergeChunk + 10 {
 		nbuf = append(nbuf, recAt(int64(i), 1000+i, fmt.Sprintf(`{"id":"n%d","symbol":"BBCA"}`, i)))
 	}
@@ -245,7 +246,7 @@ func TestMergeNeverForcesNotificationsPastTheMarket(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := merger{t: pt, st: pt.st, mNext: 0, nNext: 1, waitStart: time.Now().Add(-time.Hour),
-		nbuf: []record{recAt(0, 2000, `{"id":"n","symbol":"BBCA"}`)},
+		nbuf: []fetchedRecord{recAt(0, 2000, `{"id":"n","symbol":"BBCA"}`)},
 		lag:  w.metrics.TaskLag.WithLabelValues("0"),
 	}
 	m.idleExpired(context.Background(), make(chan fetched), make(chan fetched), w.log)

@@ -3,6 +3,7 @@ package join
 import (
 	"strconv"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -108,13 +109,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	// Pre-create the label values users alert on, so absent series do not
 	// hide a problem.
-	for _, r := range []Result{ResultLocal, ResultRemote, ResultLate, ResultMiss} {
+	for _, r := range []record.Result{record.ResultLocal, record.ResultRemote, record.ResultLate, record.ResultMiss} {
 		m.Joins.WithLabelValues(string(r))
 	}
 	for _, r := range []string{"active", "restoring"} {
 		m.Tasks.WithLabelValues(r)
 	}
-	for _, r := range []string{ReasonInvalidJSON, ReasonMissingField, ReasonWrongType, ReasonOversized, ReasonInvalidValue} {
+	for _, r := range []string{record.ReasonInvalidJSON, record.ReasonMissingField, record.ReasonWrongType, record.ReasonOversized, record.ReasonInvalidValue} {
 		m.DeadLetters.WithLabelValues(r)
 	}
 	return m

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -29,7 +30,7 @@ func TestOffsetOutOfRangeIsCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	w := &Worker{cfg: Config{Client: client, MarketTopic: "market", NotificationsTopic: "notifications"}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	w := &Worker{cfg: Config{Client: client, Topics: record.Topics{}.WithDefaults()}, log: slog.New(slog.NewTextHandler(&logs, nil))}
 	reg := prometheus.NewRegistry()
 	w.registerOffsetResets(reg)
 	defer w.forgetOffsetResets()

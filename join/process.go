@@ -3,13 +3,12 @@ package join
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/joiner-dev/joiner/murmur2"
-	"github.com/joiner-dev/joiner/statestore"
+	"github.com/joiner-dev/joiner/record"
 )
 
 // processTask joins the notifications of partition p with prices. It owns
@@ -44,8 +43,8 @@ func (t *processTask) ack(next, tsMs int64) {
 func (t *processTask) run(ctx context.Context) {
 	defer close(t.stopped)
 	w := t.w
-	log := w.log.With("task", t.p, "topic", w.cfg.NotificationsTopic)
-	start, err := w.committedOffset(ctx, w.cfg.NotificationsTopic, t.p)
+	log := w.log.With("task", t.p, "topic", w.cfg.Topics.Notifications)
+	start, err := w.committedOffset(ctx, w.cfg.Topics.Notifications, t.p)
 	if err != nil {
 		return
 	}
@@ -64,7 +63,7 @@ func (t *processTask) run(ctx context.Context) {
 		return
 	}
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
-	r := newPartitionReader(w.cfg.Client, w.cfg.NotificationsTopic, t.p, start, w.cfg.FetchMaxWait)
+	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
 	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
 	lookupFailures := 0
 	for attempt := 0; ctx.Err() == nil; {
@@ -109,7 +108,7 @@ func (t *processTask) run(ctx context.Context) {
 }
 
 // maxTs is the greatest record timestamp of recs, in Unix ms.
-func maxTs(recs []record) int64 {
+func maxTs(recs []fetchedRecord) int64 {
 	ts := int64(-1)
 	for _, r := range recs {
 		ts = max(ts, r.Time.UnixMilli())
@@ -119,20 +118,20 @@ func maxTs(recs []record) int64 {
 
 // pending is a decoded notification waiting for its price.
 type pending struct {
-	n    Notification
+	n    record.Notification
 	task int // the symbol's task
 	ts   int64
 }
 
 // decode splits records into notifications to join and dead letters.
-func (t *processTask) decode(recs []record) (good []pending, dead []deadLetter) {
+func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadLetter) {
 	w := t.w
-	w.metrics.Records.WithLabelValues(w.cfg.NotificationsTopic).Add(float64(len(recs)))
+	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
 	for _, rec := range recs {
-		n, err := DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
+		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
-			dead = append(dead, newDeadLetter(w.cfg.NotificationsTopic, t.p, rec, err))
+			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue
 		}
 		good = append(good, pending{n, murmur2.Partition([]byte(n.Symbol), parts), rec.Time.UnixMilli()})
@@ -143,7 +142,7 @@ func (t *processTask) decode(recs []record) (good []pending, dead []deadLetter) 
 // handle joins one fetched batch of a task whose state is not local, and
 // writes its alerts and dead letters. It returns an error only when ctx
 // ended before they were acknowledged.
-func (t *processTask) handle(ctx context.Context, recs []record) error {
+func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 	good, dead := t.decode(recs)
 	alerts, err := t.joinAll(ctx, good)
 	if err != nil {
@@ -158,7 +157,7 @@ func (t *processTask) handle(ctx context.Context, recs []record) error {
 // store when it runs merged is already there. Remote lookups are HTTP
 // calls, made concurrently (bounded) so that a batch costs about one round
 // trip; the owner does the same wait.
-func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, error) {
+func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Alert, error) {
 	w := t.w
 	newest := map[int]int64{}
 	for _, g := range good {
@@ -173,7 +172,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, err
 			}
 		}
 	}
-	alerts := make([]Alert, len(good))
+	alerts := make([]record.Alert, len(good))
 	sem := make(chan struct{}, remoteConcurrency)
 	var (
 		wg      sync.WaitGroup
@@ -182,7 +181,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, err
 	)
 	fail := func(err error) { errOnce.Do(func() { failed = err }) }
 	for i, g := range good {
-		alerts[i] = Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
+		alerts[i] = record.Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
 		a := &alerts[i]
 		if w.stateTask(g.task) != nil {
 			if err := w.lookup(ctx, a, g.task, g.n.Symbol, g.ts); err != nil {
@@ -206,26 +205,6 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]Alert, err
 	return alerts, failed
 }
 
-// flush writes alerts and dead letters, waits for Kafka to acknowledge
-// them, and counts the joins. It writes only while the membership is
-// active (see Membership.Active): a member paused past its session waits
-// here until its next heartbeat says whether it still holds the task (the
-// task's context ends when it does not).
-func (t *processTask) flush(ctx context.Context, alerts []Alert, dead []deadLetter) error {
-	w := t.w
-	if err := w.waitActive(ctx); err != nil {
-		return err
-	}
-	if err := w.writeOut(ctx, alerts, dead); err != nil {
-		return err
-	}
-	for _, a := range alerts {
-		w.countJoin(a.Result)
-	}
-	w.metrics.Alerts.Add(float64(len(alerts)))
-	return nil
-}
-
 // remoteConcurrency bounds the remote lookups in flight per task.
 const remoteConcurrency = 32
 
@@ -245,77 +224,4 @@ func (w *Worker) waitActive(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// errLookup marks a price lookup that failed (a local store fault, or the
-// owner could not be asked): the batch is not written, and is retried.
-// A fault never becomes a miss alert.
-var errLookup = errors.New("price lookup failed")
-
-// lookup sets a's result and price as of tsMs for symbol, whose task is q:
-// from the local store when this member holds q, otherwise from q's owner.
-func (w *Worker) lookup(ctx context.Context, a *Alert, q int, symbol string, tsMs int64) error {
-	if st := w.stateTask(q); st != nil {
-		tick, match, err := st.getAsOf(symbol, tsMs)
-		switch {
-		case err == nil:
-			a.setPrice(match, ResultLocal, tick.Price, tick.TimestampMs)
-			return nil
-		case !errors.Is(err, errTaskStopped):
-			return fmt.Errorf("%w: task %d: %w", errLookup, q, err)
-		}
-		// The task left this member meanwhile: ask its new owner.
-	}
-	owner, ok := w.owner(q)
-	if !ok || owner.InstanceID == w.cfg.InstanceID || owner.Addr == "" {
-		return fmt.Errorf("%w: task %d of %q has no known owner to ask", errLookup, q, symbol)
-	}
-	p, found, err := w.remote.lookup(ctx, owner.Addr, symbol, tsMs)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.metrics.RemoteLookupErrs.Inc()
-		}
-		return fmt.Errorf("%w: task %d from %s: %w", errLookup, q, owner.InstanceID, err)
-	}
-	match := statestore.Miss
-	switch {
-	case found && p.Late:
-		match = statestore.Late
-	case found:
-		match = statestore.AsOf
-	}
-	a.setPrice(match, ResultRemote, p.Price, p.TsMs)
-	return nil
-}
-
-// setPrice fills the join result of a: found is the result of a price
-// as of the notification (local or remote).
-func (a *Alert) setPrice(m statestore.Match, found Result, price float64, tsMs int64) {
-	switch m {
-	case statestore.AsOf:
-		a.Result, a.Price, a.PriceTsMs = found, &price, tsMs
-	case statestore.Late:
-		a.Result, a.Price, a.PriceTsMs = ResultLate, &price, tsMs
-	default:
-		a.Result, a.Price, a.PriceTsMs = ResultMiss, nil, 0
-	}
-}
-
-// deadLetter is a malformed input record on its way to the dead-letter
-// topic.
-type deadLetter struct {
-	topic     string
-	partition int
-	rec       record
-	reason    string
-	err       string
-}
-
-func newDeadLetter(topic string, p int, rec record, err error) deadLetter {
-	reason := ReasonInvalidValue
-	var re *RecordError
-	if errors.As(err, &re) {
-		reason = re.Reason
-	}
-	return deadLetter{topic: topic, partition: p, rec: rec, reason: reason, err: err.Error()}
 }

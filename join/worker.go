@@ -9,6 +9,19 @@
 // Delivery is at least once: alerts are acknowledged by Kafka before the
 // offsets of the notifications that produced them are committed, and a
 // store holds its prices and the market offset they came from in one batch.
+//
+// The files, by stage:
+//
+//	input*.go    the edges: Fetcher and Writer, the partition reader, offset resets
+//	restore*.go  state tasks: restore and tail market-p into the store; stores that fail to open
+//	merge.go     the aligned merge of market-p and notifications-p of a merged task
+//	process.go   process tasks: decode, hold, join every notification of a batch
+//	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
+//	output.go    alerts and dead letters: the outbox and the writes
+//	commit.go    the commit loop, committed and start offsets
+//	worker.go    the Worker: configuration, assignment diff, rebalance, stats
+//
+// Record formats live in package record, the HTTP API in package httpapi.
 package join
 
 import (
@@ -24,6 +37,7 @@ import (
 
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
@@ -31,22 +45,19 @@ import (
 
 // Config configures a Worker. Zero values take the defaults shown.
 type Config struct {
-	// Client reads the input topics. Required.
-	Client *kafka.Client
-	// Writer writes alerts and dead letters; its Topic must be empty (each
-	// message names its topic). Required.
-	Writer *kafka.Writer
+	// Client reads the input topics (a *kafka.Client). Required.
+	Client Fetcher
+	// Writer writes alerts and dead letters (a *kafka.Writer); a
+	// *kafka.Writer's Topic must be empty (each message names its topic).
+	// Required.
+	Writer Writer
 	// Stores opens the per-task stores. Required.
 	Stores *statestore.Manager
 	// InstanceID is this member's stable id. Required.
 	InstanceID string
 
-	// Topic names. Default: market, notifications, alerts,
-	// joiner-dead-letters.
-	MarketTopic        string
-	NotificationsTopic string
-	AlertsTopic        string
-	DeadLetterTopic    string
+	// Topics names the topics; empty names take record's defaults.
+	Topics record.Topics
 
 	// MaxTaskIdle bounds how long a notification is held waiting for the
 	// market to be read past its timestamp. Default: 1s.
@@ -75,7 +86,7 @@ type Config struct {
 	StartOffset string
 
 	// Registerer receives the worker's metrics. Default: a new registry,
-	// served by Handler(nil).
+	// returned by Registry.
 	Registerer prometheus.Registerer
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
@@ -104,7 +115,7 @@ type Worker struct {
 	member Membership
 	gate   *gate // pauses notifications from Rebalancing to Assigned
 
-	faults storeFaults // tasks whose store failed (storefault.go)
+	faults storeFaults // tasks whose store failed (restore_faults.go)
 
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
@@ -119,60 +130,70 @@ type Worker struct {
 	cancels    map[any]context.CancelFunc
 	tasks      sync.WaitGroup
 
-	local, remoteN, miss atomic.Int64
-	late                 atomic.Int64
-	restoredRecords      atomic.Int64
-	restores             atomic.Int64 // state tasks started
-	moved                atomic.Int64
-	commitMu             sync.Mutex               // serializes commits
-	committed            map[string]map[int]int64 // last successful commit; guarded by commitMu
+	// The join and moved counts of Stats are read from metrics; these two
+	// have no metric of the same meaning.
+	restoredRecords atomic.Int64             // market records read by completed restores
+	restores        atomic.Int64             // state tasks started
+	commitMu        sync.Mutex               // serializes commits
+	committed       map[string]map[int]int64 // last successful commit; guarded by commitMu
 }
 
-// NewWorker validates cfg and builds a Worker.
-func NewWorker(cfg Config) (*Worker, error) {
+func isKafkaWriterWithTopic(w Writer) bool {
+	kw, ok := w.(*kafka.Writer)
+	return ok && kw.Topic != ""
+}
+
+// Validate reports the first problem of c: a required field left empty,
+// a *kafka.Writer with a Topic, or an unknown StartOffset. NewWorker calls
+// it; zero values of the other fields take their defaults.
+func (c *Config) Validate() error {
 	switch {
-	case cfg.Client == nil:
-		return nil, errors.New("join: Config.Client is required")
-	case cfg.Writer == nil:
-		return nil, errors.New("join: Config.Writer is required")
-	case cfg.Writer.Topic != "":
-		return nil, errors.New("join: Config.Writer.Topic must be empty: alerts and dead letters go to different topics")
-	case cfg.Stores == nil:
-		return nil, errors.New("join: Config.Stores is required")
-	case cfg.InstanceID == "":
-		return nil, errors.New("join: Config.InstanceID is required")
+	case c.Client == nil:
+		return errors.New("join: Config.Client is required")
+	case c.Writer == nil:
+		return errors.New("join: Config.Writer is required")
+	case isKafkaWriterWithTopic(c.Writer):
+		return errors.New("join: Config.Writer.Topic must be empty: alerts and dead letters go to different topics")
+	case c.Stores == nil:
+		return errors.New("join: Config.Stores is required")
+	case c.InstanceID == "":
+		return errors.New("join: Config.InstanceID is required")
 	}
-	if err := validStartOffset(cfg.StartOffset); err != nil {
-		return nil, err
-	}
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&cfg.MarketTopic, "market")
-	def(&cfg.NotificationsTopic, "notifications")
-	def(&cfg.AlertsTopic, "alerts")
-	def(&cfg.DeadLetterTopic, "joiner-dead-letters")
+	return validStartOffset(c.StartOffset)
+}
+
+// withDefaults returns c with every zero field set to the default its
+// doc comment names: the one place join's defaults are applied.
+func (c Config) withDefaults() Config {
+	c.Topics = c.Topics.WithDefaults()
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
 		}
 	}
-	defDur(&cfg.MaxTaskIdle, time.Second)
-	defDur(&cfg.CommitInterval, time.Second)
-	defDur(&cfg.FetchMaxWait, 250*time.Millisecond)
-	defDur(&cfg.RemoteTimeout, 5*time.Second)
-	defDur(&cfg.HistoryRetention, time.Hour)
-	if cfg.MaxRecordBytes <= 0 {
-		cfg.MaxRecordBytes = DefaultMaxRecordBytes
+	defDur(&c.MaxTaskIdle, time.Second)
+	defDur(&c.CommitInterval, time.Second)
+	defDur(&c.FetchMaxWait, 250*time.Millisecond)
+	defDur(&c.RemoteTimeout, 5*time.Second)
+	defDur(&c.HistoryRetention, time.Hour)
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = record.DefaultMaxRecordBytes
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
+	return c
+}
+
+// NewWorker validates cfg and builds a Worker.
+func NewWorker(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	w := &Worker{
 		cfg:     cfg,
 		log:     cfg.Logger.With("instance", cfg.InstanceID),
@@ -230,17 +251,16 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 	w.metrics.Rebalances.Inc()
 	if a.Leader {
 		w.metrics.TasksMoved.Add(float64(a.Moved))
-		w.moved.Add(int64(a.Moved))
 	}
 	if a.Error != "" {
 		w.log.Error("the group leader could not plan an assignment; this member holds no tasks until it can", "generation", a.Generation, "err", a.Error)
 	}
-	wantState := a.Topics[w.cfg.MarketTopic]
-	wantProc := a.Topics[w.cfg.NotificationsTopic]
+	wantState := a.Topics[w.cfg.Topics.Market]
+	wantProc := a.Topics[w.cfg.Topics.Notifications]
 
 	// A task whose state and notifications are both here runs merged; a
 	// task that changes between merged and not is restarted.
-	inState, inProc := set(wantState), set(wantProc)
+	inState, inProc := taskSet(wantState), taskSet(wantProc)
 	colocated := func(p int) bool { return inState[p] && inProc[p] }
 	w.mu.Lock()
 	var stopProcs []*processTask
@@ -310,7 +330,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 				st = fresh[p]
 			}
 			if st == nil {
-				continue // its store failed to open: not processed here (storefault.go)
+				continue // its store failed to open: not processed here (restore_faults.go)
 			}
 		}
 		newProcs = append(newProcs, newProcessTask(w, p, st))
@@ -468,34 +488,15 @@ func (w *Worker) stateTask(p int) *stateTask {
 	return w.states[p]
 }
 
-func (w *Worker) owner(p int) (group.Owner, bool) {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if p < 0 || p >= len(w.assignment.Owners) {
-		return group.Owner{}, false
-	}
-	o := w.assignment.Owners[p]
-	return o, o.InstanceID != ""
-}
-
 func (w *Worker) partitions() int {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return max(w.assignment.Partitions, 1)
 }
 
-func (w *Worker) countJoin(r Result) {
+// countJoin counts one join in joiner_joins_total, which Stats reads.
+func (w *Worker) countJoin(r record.Result) {
 	w.metrics.Joins.WithLabelValues(string(r)).Inc()
-	switch r {
-	case ResultLocal:
-		w.local.Add(1)
-	case ResultRemote:
-		w.remoteN.Add(1)
-	case ResultLate:
-		w.late.Add(1)
-	default:
-		w.miss.Add(1)
-	}
 }
 
 func (w *Worker) updateTaskGauges() {
@@ -511,215 +512,11 @@ func (w *Worker) updateTaskGauges() {
 	w.metrics.Tasks.WithLabelValues("restoring").Set(float64(restoring))
 }
 
-// Ready reports whether the worker has an assignment and every state task
-// it holds has been restored: the /readyz condition.
-func (w *Worker) Ready() (bool, string) {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if !w.assigned {
-		return false, "no assignment yet"
-	}
-	if why := w.faultsLocked(); why != "" {
-		return false, why
-	}
-	var waiting []int
-	for p, st := range w.states {
-		if !st.isRestored() {
-			waiting = append(waiting, p)
-		}
-	}
-	if len(waiting) > 0 {
-		slices.Sort(waiting)
-		return false, fmt.Sprintf("restoring tasks %v", waiting)
-	}
-	return true, "ok"
-}
-
-// Stats is a snapshot of one worker's joins.
-type Stats struct {
-	Instance   string `json:"-"`
-	Generation int32  `json:"-"`
-	// Tasks are the notification partitions this worker processes.
-	Tasks []int `json:"-"`
-	// StateTasks are the market partitions whose state it holds.
-	StateTasks []int `json:"-"`
-	Local      int64 `json:"local"`
-	Remote     int64 `json:"remote"`
-	Miss       int64 `json:"miss"`
-	Late       int64 `json:"late"`
-	// RestoredRecords counts market records read by restores; Restores
-	// counts the state tasks started (each restores before it tails).
-	RestoredRecords int64 `json:"restored_records"`
-	Restores        int64 `json:"restores"`
-	// MovedTotal sums the moved counts of the plans this worker computed
-	// as leader.
-	MovedTotal int64 `json:"moved_total"`
-}
-
-// Stats returns a snapshot of the worker's assignment and join counts.
-func (w *Worker) Stats() Stats {
-	w.mu.RLock()
-	a := w.assignment
-	w.mu.RUnlock()
-	return Stats{
-		Instance:        w.cfg.InstanceID,
-		Generation:      a.Generation,
-		Tasks:           slices.Clone(a.Topics[w.cfg.NotificationsTopic]),
-		StateTasks:      slices.Clone(a.Topics[w.cfg.MarketTopic]),
-		Local:           w.local.Load(),
-		Remote:          w.remoteN.Load(),
-		Miss:            w.miss.Load(),
-		Late:            w.late.Load(),
-		RestoredRecords: w.restoredRecords.Load(),
-		Restores:        w.restores.Load(),
-		MovedTotal:      w.moved.Load(),
-	}
-}
-
-// committedOffset returns the group's committed offset of topic-p, -1 when
-// none, retrying until ctx is done.
-func (w *Worker) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
-	for attempt := 0; ; attempt++ {
-		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
-		if err == nil {
-			if o, ok := offs[p]; ok && o >= 0 {
-				return o, nil
-			}
-			return w.uncommittedStart(ctx, topic, p)
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		w.log.Warn("cannot fetch the committed offset; retrying", "topic", topic, "partition", p, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return 0, err
-		}
-	}
-}
-
-// commitLoop commits processed offsets every CommitInterval until ctx is
-// done.
-func (w *Worker) commitLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = w.commit(ctx) // counted and logged inside; retried next tick
-		}
-	}
-}
-
-// commit commits the acknowledged notification offsets and the applied
-// market offsets that changed since the last commit.
-func (w *Worker) commit(ctx context.Context) error {
-	w.commitMu.Lock()
-	defer w.commitMu.Unlock()
-	offsets := map[string]map[int]int64{}
-	add := func(topic string, p int, next int64) {
-		if next < 0 || w.committed[topic][p] == next {
-			return
-		}
-		if offsets[topic] == nil {
-			offsets[topic] = map[int]int64{}
-		}
-		offsets[topic][p] = next
-	}
-	// The timestamps of the notifications committed, per merged task, for
-	// the pruning of its history once the commit succeeds.
-	notifTs := map[*stateTask]int64{}
-	w.mu.RLock()
-	for p, t := range w.procs {
-		ts := t.ackedTs.Load()
-		next := t.acked.Load()
-		add(w.cfg.NotificationsTopic, p, next)
-		if t.st != nil && next >= 0 {
-			notifTs[t.st] = ts
-		}
-	}
-	for p, st := range w.states {
-		// Only a restored task knows where the market stands; its offset
-		// never goes below what the group has committed (a store restored
-		// from scratch starts below it).
-		if next, ok := st.marketCommit(); ok {
-			add(w.cfg.MarketTopic, p, next)
-		}
-	}
-	w.mu.RUnlock()
-	if len(offsets) == 0 || w.member == nil {
-		return nil
-	}
-	if err := w.member.Commit(ctx, offsets); err != nil {
-		if !errors.Is(err, group.ErrRebalancing) {
-			w.metrics.CommitErrors.Inc()
-			w.log.Warn("offset commit failed; retrying at the next interval", "err", err)
-		}
-		return err
-	}
-	for st, ts := range notifTs {
-		st.committedTs.Store(max(st.committedTs.Load(), ts))
-	}
-	if w.committed == nil {
-		w.committed = map[string]map[int]int64{}
-	}
-	for topic, ps := range offsets {
-		if w.committed[topic] == nil {
-			w.committed[topic] = map[int]int64{}
-		}
-		for p, o := range ps {
-			w.committed[topic][p] = o
-		}
-	}
-	return nil
-}
-
-// writeOut writes alerts and dead letters and waits for Kafka to
-// acknowledge them, retrying until it does or ctx is done.
-func (w *Worker) writeOut(ctx context.Context, alerts []Alert, dead []deadLetter) error {
-	msgs := appendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.AlertsTopic, alerts)
-	for _, d := range dead {
-		msgs = append(msgs, kafka.Message{
-			Topic: w.cfg.DeadLetterTopic,
-			Key:   d.rec.Key,
-			Value: d.rec.Value,
-			Time:  d.rec.Time,
-			Headers: []kafka.Header{
-				{Key: "joiner-dead-letter-reason", Value: []byte(d.reason)},
-				{Key: "joiner-dead-letter-error", Value: []byte(d.err)},
-				{Key: "joiner-source", Value: fmt.Appendf(nil, "%s/%d/%d", d.topic, d.partition, d.rec.Offset)},
-			},
-		})
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	for attempt := 0; ; attempt++ {
-		err := w.cfg.Writer.WriteMessages(ctx, msgs...)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.metrics.ProduceErrors.Inc()
-		w.log.Warn("writing alerts failed; retrying the batch", "alerts", len(alerts), "dead_letters", len(dead), "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
-	for _, d := range dead {
-		w.metrics.DeadLetters.WithLabelValues(d.reason).Inc()
-		w.log.Warn("dead-lettered a malformed record", "topic", d.topic, "partition", d.partition, "offset", d.rec.Offset, "reason", d.reason, "err", d.err)
-	}
-	return nil
-}
-
 // SymbolTask is the task (partition index) of symbol among n partitions.
 func SymbolTask(symbol string, n int) int { return murmur2.Partition([]byte(symbol), n) }
 
-func set(ps []int) map[int]bool {
+// taskSet returns the tasks ps as a set.
+func taskSet(ps []int) map[int]bool {
 	m := make(map[int]bool, len(ps))
 	for _, p := range ps {
 		m[p] = true

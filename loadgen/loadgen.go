@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -97,10 +98,10 @@ func Symbols(n int) []string {
 // Run produces the ticks, then the notifications.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.MarketTopic == "" {
-		cfg.MarketTopic = "market"
+		cfg.MarketTopic = record.DefaultMarketTopic
 	}
 	if cfg.NotificationsTopic == "" {
-		cfg.NotificationsTopic = "notifications"
+		cfg.NotificationsTopic = record.DefaultNotificationsTopic
 	}
 	if cfg.Symbols == 0 {
 		cfg.Symbols = 10
@@ -145,7 +146,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		for i, s := range syms {
 			price[i] = math.Round(price[i]*(1+(rng.Float64()-0.5)/50)*100) / 100
 			sum.LastPrice[s] = price[i]
-			v := fmt.Appendf(nil, `{"symbol":%q,"price":%s}`, s, strconv.FormatFloat(price[i], 'f', -1, 64))
+			v := record.AppendTick(nil, record.Tick{Symbol: s, Price: price[i]})
 			if err := p.add(ctx, kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}); err != nil {
 				return sum, err
 			}
@@ -159,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for k := 0; k < cfg.NotificationsPerSymbol; k++ {
 		for i, s := range syms {
 			id := fmt.Sprintf("n%s-%s-%d", cfg.RunID, s, k)
-			v := fmt.Appendf(nil, `{"id":%q,"user":"u%d","symbol":%q,"text":"%s moved"}`, id, (i+k)%97, s, s)
+			v := record.AppendNotification(nil, &record.Notification{ID: id, User: fmt.Sprintf("u%d", (i+k)%97), Symbol: s, Text: s + " moved"})
 			if err := p.add(ctx, kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}); err != nil {
 				return sum, err
 			}

@@ -17,8 +17,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/internal/fielderr"
+	"github.com/joiner-dev/joiner/httpapi"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -33,7 +35,7 @@ type Config struct {
 	Group string
 	// InstanceID is the stable member identity. Default: the hostname.
 	InstanceID string
-	Topics     Topics
+	Topics     record.Topics
 
 	// StateDirs hold the task stores (<dir>/<group>/task-<p>). Required.
 	StateDirs []string
@@ -157,7 +159,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cfg.Topics.defaults()
+	cfg.Topics = cfg.Topics.WithDefaults()
 	n := &Node{cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID)}
 	defer func() {
 		if err != nil {
@@ -213,21 +215,18 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.worker, err = join.NewWorker(join.Config{
-		Client:             n.client,
-		Writer:             n.writer,
-		Stores:             n.stores,
-		InstanceID:         cfg.InstanceID,
-		MarketTopic:        cfg.Topics.Market,
-		NotificationsTopic: cfg.Topics.Notifications,
-		AlertsTopic:        cfg.Topics.Alerts,
-		DeadLetterTopic:    cfg.Topics.DeadLetter,
-		MaxTaskIdle:        cfg.MaxTaskIdle,
-		CommitInterval:     cfg.CommitInterval,
-		HistoryRetention:   cfg.HistoryRetention,
-		HTTPClient:         n.peer.client(),
-		StartOffset:        cfg.StartOffset,
-		Registerer:         n.reg,
-		Logger:             cfg.Logger,
+		Client:           n.client,
+		Writer:           n.writer,
+		Stores:           n.stores,
+		InstanceID:       cfg.InstanceID,
+		Topics:           cfg.Topics,
+		MaxTaskIdle:      cfg.MaxTaskIdle,
+		CommitInterval:   cfg.CommitInterval,
+		HistoryRetention: cfg.HistoryRetention,
+		HTTPClient:       n.peer.client(),
+		StartOffset:      cfg.StartOffset,
+		Registerer:       n.reg,
+		Logger:           cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -237,7 +236,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		GroupID:           cfg.Group,
 		InstanceID:        cfg.InstanceID,
 		QueryAddr:         n.addr,
-		Topics:            []string{cfg.Topics.Market, cfg.Topics.Notifications},
+		Topics:            cfg.Topics.Inputs(),
 		Assignor:          cfg.Assignor,
 		SessionTimeout:    cfg.SessionTimeout,
 		RebalanceTimeout:  cfg.RebalanceTimeout,
@@ -289,7 +288,7 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 // starts and waits for them.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
-	srv := &http.Server{Handler: n.peer.handler(withPprof(n.worker.Handler(n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
+	srv := &http.Server{Handler: n.peer.handler(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
 	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
 	serve := srv.Serve
 	if httpTLS {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -22,7 +23,7 @@ func startBroker(t *testing.T, opts ...kfake.Opt) *kafka.Client {
 
 func TestRefusesTopicsNotCopartitioned(t *testing.T) {
 	client := startBroker(t, kfake.SeedTopics(6, "market"), kfake.SeedTopics(8, "notifications"))
-	_, err := CheckCopartitioned(context.Background(), client, Topics{})
+	_, err := CheckCopartitioned(context.Background(), client, record.Topics{})
 	if err == nil {
 		t.Fatal("CheckCopartitioned accepted 6 vs 8 partitions")
 	}
@@ -45,14 +46,14 @@ func TestRefusesTopicsNotCopartitioned(t *testing.T) {
 func TestMissingTopicsNeedCreateTopics(t *testing.T) {
 	client := startBroker(t)
 	ctx := context.Background()
-	_, err := CheckCopartitioned(ctx, client, Topics{})
+	_, err := CheckCopartitioned(ctx, client, record.Topics{})
 	if err == nil || !strings.Contains(err.Error(), "start with CreateTopics") {
 		t.Fatalf("CheckCopartitioned on missing topics = %v, want advice to set CreateTopics", err)
 	}
-	if err := EnsureTopics(ctx, client, Topics{}, 4, 1); err != nil {
+	if err := EnsureTopics(ctx, client, record.Topics{}, 4, 1); err != nil {
 		t.Fatal(err)
 	}
-	n, err := CheckCopartitioned(ctx, client, Topics{})
+	n, err := CheckCopartitioned(ctx, client, record.Topics{})
 	if err != nil || n != 4 {
 		t.Fatalf("after EnsureTopics: %d partitions, %v; want 4", n, err)
 	}
@@ -73,10 +74,10 @@ func TestMissingTopicsNeedCreateTopics(t *testing.T) {
 func TestEnsureTopicsFollowsExistingCount(t *testing.T) {
 	client := startBroker(t, kfake.SeedTopics(3, "market"))
 	ctx := context.Background()
-	if err := EnsureTopics(ctx, client, Topics{}, 12, 1); err != nil {
+	if err := EnsureTopics(ctx, client, record.Topics{}, 12, 1); err != nil {
 		t.Fatal(err)
 	}
-	n, err := CheckCopartitioned(ctx, client, Topics{})
+	n, err := CheckCopartitioned(ctx, client, record.Topics{})
 	if err != nil || n != 3 {
 		t.Fatalf("notifications created with %d partitions (%v); want market's 3", n, err)
 	}

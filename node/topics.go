@@ -9,6 +9,7 @@ import (
 
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/internal/fielderr"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -16,28 +17,6 @@ import (
 // explicitly and the existing one of the co-partitioned topics has another
 // count: the missing topic is not created.
 var ErrPartitionsConflict = errors.New("partition count conflicts with an existing topic")
-
-// Topics names the topics a worker uses.
-type Topics struct {
-	Market        string
-	Notifications string
-	Alerts        string
-	DeadLetter    string
-}
-
-func (t *Topics) defaults() {
-	set := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	set(&t.Market, "market")
-	set(&t.Notifications, "notifications")
-	set(&t.Alerts, "alerts")
-	set(&t.DeadLetter, "joiner-dead-letters")
-}
-
-func (t Topics) all() []string { return []string{t.Market, t.Notifications, t.Alerts, t.DeadLetter} }
 
 // PartitionCounts returns the partition count of each topic that exists;
 // missing topics are absent from the map.
@@ -65,16 +44,16 @@ func PartitionCounts(ctx context.Context, c *kafka.Client, topics []string) (map
 // dead-letter topics get the same count. When the count of an existing topic
 // differs from partitions, the missing one follows the existing one and a
 // WARN names both counts (slog.Default()).
-func EnsureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, replication int) error {
+func EnsureTopics(ctx context.Context, c *kafka.Client, t record.Topics, partitions, replication int) error {
 	return ensureTopics(ctx, c, t, partitions, replication, false, slog.Default())
 }
 
 // ensureTopics is EnsureTopics; with explicit (the user gave --partitions),
 // it refuses to create a co-partitioned topic whose pair exists with
 // another count instead of following it.
-func ensureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, replication int, explicit bool, log *slog.Logger) error {
-	t.defaults()
-	counts, err := PartitionCounts(ctx, c, t.all())
+func ensureTopics(ctx context.Context, c *kafka.Client, t record.Topics, partitions, replication int, explicit bool, log *slog.Logger) error {
+	t = t.WithDefaults()
+	counts, err := PartitionCounts(ctx, c, t.All())
 	if err != nil {
 		return err
 	}
@@ -103,7 +82,7 @@ func ensureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, re
 			"topic", missing, "partitions", n, "pair", existing, "pair_partitions", n, "flag_partitions", partitions)
 	}
 	var create []kafka.TopicConfig
-	for _, name := range t.all() {
+	for _, name := range t.All() {
 		if _, ok := counts[name]; !ok {
 			create = append(create, kafka.TopicConfig{Topic: name, NumPartitions: n, ReplicationFactor: replication})
 		}
@@ -125,8 +104,8 @@ func ensureTopics(ctx context.Context, c *kafka.Client, t Topics, partitions, re
 
 // CheckCopartitioned returns the shared partition count of the market and
 // notifications topics, or an error naming each topic and its count.
-func CheckCopartitioned(ctx context.Context, c *kafka.Client, t Topics) (int, error) {
-	t.defaults()
+func CheckCopartitioned(ctx context.Context, c *kafka.Client, t record.Topics) (int, error) {
+	t = t.WithDefaults()
 	counts, err := PartitionCounts(ctx, c, []string{t.Market, t.Notifications})
 	if err != nil {
 		return 0, err

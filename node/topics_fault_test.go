@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -29,7 +30,7 @@ func TestCreateTopicsPairedCountDiffers(t *testing.T) {
 			client := startBroker(t, kfake.SeedTopics(6, tc.existing))
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			err := ensureTopics(context.Background(), client, Topics{}, 8, 1, tc.explicit, log)
+			err := ensureTopics(context.Background(), client, record.Topics{}, 8, 1, tc.explicit, log)
 			counts, cerr := PartitionCounts(context.Background(), client, []string{"market", "notifications"})
 			if cerr != nil {
 				t.Fatal(cerr)
@@ -68,7 +69,7 @@ func TestCreateTopicsPairedCountDiffers(t *testing.T) {
 func TestCreateTopicsNoWarningWhenCountsAgree(t *testing.T) {
 	client := startBroker(t, kfake.SeedTopics(6, "market"))
 	var logs bytes.Buffer
-	if err := ensureTopics(context.Background(), client, Topics{}, 6, 1, true, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+	if err := ensureTopics(context.Background(), client, record.Topics{}, 6, 1, true, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(logs.String(), "WARN") {

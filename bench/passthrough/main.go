@@ -181,7 +181,7 @@ type record struct {
 	key, value []byte
 }
 
-// reader is a copy of join's partitionReader.fetch (join/fetch.go): the
+// reader is a copy of join's partitionReader.fetch (join/input.go): the
 // same Fetch parameters, every key and value copied out of kafka-go's
 // buffers.
 type reader struct {

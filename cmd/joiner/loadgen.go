@@ -11,6 +11,7 @@ import (
 
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/loadgen"
+	"github.com/joiner-dev/joiner/record"
 )
 
 // runLoadgen is `joiner loadgen`: produce ticks, then notifications.
@@ -22,8 +23,8 @@ func runLoadgen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		brokers string
 	)
 	fs.StringVar(&brokers, "brokers", "localhost:9092", "Kafka bootstrap brokers, comma-separated")
-	fs.StringVar(&cfg.MarketTopic, "market-topic", "market", "topic of price ticks")
-	fs.StringVar(&cfg.NotificationsTopic, "notifications-topic", "notifications", "topic of notifications")
+	fs.StringVar(&cfg.MarketTopic, "market-topic", record.DefaultMarketTopic, "topic of price ticks")
+	fs.StringVar(&cfg.NotificationsTopic, "notifications-topic", record.DefaultNotificationsTopic, "topic of notifications")
 	fs.IntVar(&cfg.Symbols, "symbols", 10, "number of symbols")
 	fs.IntVar(&cfg.TicksPerSymbol, "ticks-per-symbol", 1, "price ticks per symbol")
 	fs.IntVar(&cfg.NotificationsPerSymbol, "notifications-per-symbol", 3, "notifications per symbol")

@@ -12,6 +12,7 @@ import (
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 )
 
@@ -28,10 +29,10 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&brokers, "brokers", "localhost:9092", "Kafka bootstrap brokers, comma-separated")
 	fs.StringVar(&cfg.Group, "group", "joiner", "consumer group id")
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "stable member id, e.g. the pod name (default the hostname)")
-	fs.StringVar(&cfg.Topics.Market, "market-topic", "market", "topic of price ticks")
-	fs.StringVar(&cfg.Topics.Notifications, "notifications-topic", "notifications", "topic of notifications")
-	fs.StringVar(&cfg.Topics.Alerts, "alerts-topic", "alerts", "topic the enriched alerts are written to")
-	fs.StringVar(&cfg.Topics.DeadLetter, "dead-letter-topic", "joiner-dead-letters", "topic malformed records are routed to")
+	fs.StringVar(&cfg.Topics.Market, "market-topic", record.DefaultMarketTopic, "topic of price ticks")
+	fs.StringVar(&cfg.Topics.Notifications, "notifications-topic", record.DefaultNotificationsTopic, "topic of notifications")
+	fs.StringVar(&cfg.Topics.Alerts, "alerts-topic", record.DefaultAlertsTopic, "topic the enriched alerts are written to")
+	fs.StringVar(&cfg.Topics.DeadLetter, "dead-letter-topic", record.DefaultDeadLetterTopic, "topic malformed records are routed to")
 	fs.StringVar(&stateDirs, "state-dir", "./state", "directories for the per-task stores, comma-separated")
 	fs.StringVar(&cfg.Placement, "state-placement", "free-bytes", "where new task stores go among the state dirs: free-bytes or tasks")
 	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", 256<<20, "Pebble block cache shared by the task stores, bytes")

@@ -30,8 +30,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -76,8 +76,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// Topics names the topics of a run.
-type Topics struct{ Market, Notifications, Alerts string }
+// Topics names the topics of a run; the dead-letter topic is not used.
+type Topics = record.Topics
 
 // tick is one produced tick: seq orders the ticks of a symbol as their
 // offsets do (one partition, written in order).
@@ -226,7 +226,7 @@ func (p *Producer) Run(ctx context.Context) error {
 			price := float64(seq) + 0.25
 			msgs = append(msgs, kafka.Message{
 				Topic: p.topics.Market, Key: []byte(t.symbol), Time: time.UnixMilli(t.ts),
-				Value: fmt.Appendf(nil, `{"symbol":%q,"price":%v}`, t.symbol, price),
+				Value: record.AppendTick(nil, record.Tick{Symbol: t.symbol, Price: price}),
 			})
 			newTicks = append(newTicks, struct {
 				sym string
@@ -255,7 +255,7 @@ func (p *Producer) Run(ctx context.Context) error {
 			ids = append(ids, id)
 			nmsgs = append(nmsgs, kafka.Message{
 				Topic: p.topics.Notifications, Key: []byte(n.symbol), Time: time.UnixMilli(n.ts),
-				Value: fmt.Appendf(nil, `{"id":%q,"user":"u-%d","symbol":%q,"text":"round %d"}`, id, nid%97, n.symbol, r),
+				Value: record.AppendNotification(nil, &record.Notification{ID: id, User: fmt.Sprintf("u-%d", nid%97), Symbol: n.symbol, Text: fmt.Sprintf("round %d", r)}),
 			})
 		}
 
@@ -301,7 +301,7 @@ type Report struct {
 	// DuplicatesDiffering are duplicates that differ from the first copy in
 	// a field other than the worker.
 	DuplicatesDiffering int
-	Results             map[join.Result]int // of first copies
+	Results             map[record.Result]int // of first copies
 	// Examples of wrong or differing alerts, a few at most.
 	Examples []string
 }
@@ -314,19 +314,19 @@ func (r Report) String() string {
 // Check compares alerts (alert record values, in the order read) with the
 // workload's notifications ids.
 func (w *Workload) Check(ids []string, alerts [][]byte) Report {
-	rep := Report{Notifications: len(ids), Results: map[join.Result]int{}}
+	rep := Report{Notifications: len(ids), Results: map[record.Result]int{}}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
-	first := map[string]join.Alert{}
+	first := map[string]record.Alert{}
 	example := func(format string, args ...any) {
 		if len(rep.Examples) < 5 {
 			rep.Examples = append(rep.Examples, fmt.Sprintf(format, args...))
 		}
 	}
 	for _, v := range alerts {
-		var a join.Alert
+		var a record.Alert
 		if err := json.Unmarshal(v, &a); err != nil || !want[a.ID] {
 			continue
 		}
@@ -351,10 +351,10 @@ func (w *Workload) Check(ids []string, alerts [][]byte) Report {
 		case a.Symbol != n.symbol || a.NotificationTsMs != n.ts:
 			rep.Wrong++
 			example("%s: alert for %s at %d, notification was %s at %d", a.ID, a.Symbol, a.NotificationTsMs, n.symbol, n.ts)
-		case !ok && a.Result != join.ResultMiss:
+		case !ok && a.Result != record.ResultMiss:
 			rep.Wrong++
 			example("%s (%s at %d): %s, want miss (no tick before)", a.ID, n.symbol, n.ts, alertString(a))
-		case ok && (a.Result != join.ResultLocal && a.Result != join.ResultRemote || a.Price == nil || *a.Price != price || a.PriceTsMs != ts):
+		case ok && (a.Result != record.ResultLocal && a.Result != record.ResultRemote || a.Price == nil || *a.Price != price || a.PriceTsMs != ts):
 			rep.Wrong++
 			example("%s (%s at %d): %s, want price %v from %d", a.ID, n.symbol, n.ts, alertString(a), price, ts)
 		}
@@ -370,7 +370,7 @@ func (w *Workload) Check(ids []string, alerts [][]byte) Report {
 	return rep
 }
 
-func sameAlert(a, b join.Alert) bool {
+func sameAlert(a, b record.Alert) bool {
 	pa, pb := a.Price, b.Price
 	a.Price, b.Price = nil, nil
 	if a != b || (pa == nil) != (pb == nil) {
@@ -379,7 +379,7 @@ func sameAlert(a, b join.Alert) bool {
 	return pa == nil || *pa == *pb
 }
 
-func alertString(a join.Alert) string {
+func alertString(a record.Alert) string {
 	p := "none"
 	if a.Price != nil {
 		p = fmt.Sprint(*a.Price)

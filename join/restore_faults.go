@@ -136,8 +136,8 @@ func (w *Worker) setRetryErr(p int, err error) {
 // and has no state task yet; otherwise it closes store.
 func (w *Worker) adoptStore(ctx context.Context, p int, store *statestore.Store) {
 	w.mu.Lock()
-	inState := slices.Contains(w.assignment.Topics[w.cfg.MarketTopic], p)
-	inProc := slices.Contains(w.assignment.Topics[w.cfg.NotificationsTopic], p)
+	inState := slices.Contains(w.assignment.Topics[w.cfg.Topics.Market], p)
+	inProc := slices.Contains(w.assignment.Topics[w.cfg.Topics.Notifications], p)
 	if ctx.Err() != nil || !inState || w.states[p] != nil {
 		w.mu.Unlock()
 		if err := store.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {

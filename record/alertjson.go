@@ -1,4 +1,4 @@
-package join
+package record
 
 import (
 	"math"
@@ -18,18 +18,7 @@ import (
 // the struct's field order; TestAppendAlertMatchesMarshal fills every field
 // by reflection and fails until it is done.
 func AppendAlert(dst []byte, a *Alert) []byte {
-	dst = append(dst, `{"id":`...)
-	dst = appendJSONString(dst, a.ID)
-	if a.User != "" {
-		dst = append(dst, `,"user":`...)
-		dst = appendJSONString(dst, a.User)
-	}
-	dst = append(dst, `,"symbol":`...)
-	dst = appendJSONString(dst, a.Symbol)
-	if a.Text != "" {
-		dst = append(dst, `,"text":`...)
-		dst = appendJSONString(dst, a.Text)
-	}
+	dst = appendNotificationFields(dst, &a.Notification)
 	dst = append(dst, `,"notification_ts_ms":`...)
 	dst = strconv.AppendInt(dst, a.NotificationTsMs, 10)
 	if a.Price != nil {
@@ -45,6 +34,41 @@ func AppendAlert(dst []byte, a *Alert) []byte {
 	dst = append(dst, `,"worker":`...)
 	dst = appendJSONString(dst, a.Worker)
 	return append(dst, '}')
+}
+
+// AppendTick appends the JSON of t to dst, byte for byte what
+// json.Marshal(t) writes (a non-finite price, which DecodeTick rejects, is
+// written as null).
+func AppendTick(dst []byte, t Tick) []byte {
+	dst = append(dst, `{"symbol":`...)
+	dst = appendJSONString(dst, t.Symbol)
+	dst = append(dst, `,"price":`...)
+	dst = appendJSONFloat(dst, t.Price)
+	return append(dst, '}')
+}
+
+// AppendNotification appends the JSON of n to dst, byte for byte what
+// json.Marshal(n) writes.
+func AppendNotification(dst []byte, n *Notification) []byte {
+	return append(appendNotificationFields(dst, n), '}')
+}
+
+// appendNotificationFields appends the opening brace and the fields of n,
+// in Notification's field order, with its omitempty rules.
+func appendNotificationFields(dst []byte, n *Notification) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = appendJSONString(dst, n.ID)
+	if n.User != "" {
+		dst = append(dst, `,"user":`...)
+		dst = appendJSONString(dst, n.User)
+	}
+	dst = append(dst, `,"symbol":`...)
+	dst = appendJSONString(dst, n.Symbol)
+	if n.Text != "" {
+		dst = append(dst, `,"text":`...)
+		dst = appendJSONString(dst, n.Text)
+	}
+	return dst
 }
 
 // appendJSONFloat formats f as encoding/json does for a float64 (ES6
@@ -126,11 +150,11 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// appendAlertMessages appends one alerts-topic message per alert to msgs:
+// AppendAlertMessages appends one alerts-topic message per alert to msgs:
 // key the symbol, value AppendAlert's JSON. Every key and value is carved
 // from one buffer sized for the batch (one allocation per batch, not two
 // per alert); each is capped, so no two share spare capacity.
-func appendAlertMessages(msgs []kafka.Message, topic string, alerts []Alert) []kafka.Message {
+func AppendAlertMessages(msgs []kafka.Message, topic string, alerts []Alert) []kafka.Message {
 	size := 0
 	for i := range alerts {
 		size += 2*len(alerts[i].Symbol) + len(alerts[i].ID) + len(alerts[i].User) + len(alerts[i].Text) + len(alerts[i].Worker) + 160

@@ -1,4 +1,4 @@
-package join
+package record
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // Notification), used instead of encoding/json's reflection. It accepts and
 // rejects exactly what the strict decoder did (json.Decoder into a struct of
 // pointer fields, then a check for trailing data), with the same
-// RecordError reasons; records_ref_test.go keeps that decoder and the fuzz
+// Error reasons; record_ref_test.go keeps that decoder and the fuzz
 // targets compare the two:
 //
 //   - a syntax error anywhere in the first JSON value is invalid_json, even
@@ -56,7 +56,7 @@ type jsonScanner struct {
 }
 
 // scanRecord parses value, which must be one JSON object, into fields. It
-// returns nil or a *RecordError with reason invalid_json or wrong_type.
+// returns nil or a *Error with reason invalid_json or wrong_type.
 func scanRecord(value []byte, fields []jsonField) error {
 	s := jsonScanner{b: value}
 	s.ws()

@@ -11,8 +11,20 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// record is one fetched record, copied out of kafka-go's response buffers.
-type record struct {
+// Fetcher reads the input topics: *kafka.Client, or a fake in tests.
+type Fetcher interface {
+	Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error)
+	ListOffsets(ctx context.Context, req *kafka.ListOffsetsRequest) (*kafka.ListOffsetsResponse, error)
+}
+
+// Writer writes alerts and dead letters, each message naming its topic:
+// *kafka.Writer (with an empty Topic), or a fake in tests.
+type Writer interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+// fetchedRecord is one fetched record, copied out of kafka-go's response buffers.
+type fetchedRecord struct {
 	Offset int64
 	Time   time.Time
 	Key    []byte
@@ -23,7 +35,7 @@ type record struct {
 // Client.Fetch. It is owned by one goroutine and is not safe for concurrent
 // use.
 type partitionReader struct {
-	client    *kafka.Client
+	client    Fetcher
 	topic     string
 	partition int
 	// next is the offset of the next record to read; negative until
@@ -35,7 +47,7 @@ type partitionReader struct {
 	maxBytes int64
 }
 
-func newPartitionReader(c *kafka.Client, topic string, partition int, next int64, maxWait time.Duration) *partitionReader {
+func newPartitionReader(c Fetcher, topic string, partition int, next int64, maxWait time.Duration) *partitionReader {
 	return &partitionReader{client: c, topic: topic, partition: partition, next: next, hwm: -1, maxWait: maxWait, maxBytes: 4 << 20}
 }
 
@@ -51,7 +63,7 @@ func (r *partitionReader) bounds(ctx context.Context) (first, end int64, err err
 	return first, end, nil
 }
 
-func listOffset(ctx context.Context, c *kafka.Client, topic string, partition int, which int64) (int64, error) {
+func listOffset(ctx context.Context, c Fetcher, topic string, partition int, which int64) (int64, error) {
 	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{
 		Topics: map[string][]kafka.OffsetRequest{topic: {{Partition: partition, Timestamp: which}}},
 	})
@@ -76,7 +88,7 @@ func listOffset(ctx context.Context, c *kafka.Client, topic string, partition in
 // fetch returns the records at or after r.next available now, waiting up
 // to maxWait for some to arrive; it may return none. It advances r.next
 // past the returned records and updates r.hwm.
-func (r *partitionReader) fetch(ctx context.Context) ([]record, error) {
+func (r *partitionReader) fetch(ctx context.Context) ([]fetchedRecord, error) {
 	if r.next < 0 {
 		first, err := listOffset(ctx, r.client, r.topic, r.partition, kafka.FirstOffset)
 		if err != nil {
@@ -103,14 +115,14 @@ func (r *partitionReader) fetch(ctx context.Context) ([]record, error) {
 			if ferr != nil {
 				return nil, ferr
 			}
-			reportOffsetReset(r.client, r.topic, r.partition, r.next, first) // offsetreset.go
+			reportOffsetReset(r.client, r.topic, r.partition, r.next, first) // input_offsetreset.go
 			r.next = first
 			return nil, nil
 		}
 		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, res.Error)
 	}
 	r.hwm = res.HighWatermark
-	var out []record
+	var out []fetchedRecord
 	for {
 		rec, err := res.Records.ReadRecord()
 		if err != nil {
@@ -130,7 +142,7 @@ func (r *partitionReader) fetch(ctx context.Context) ([]record, error) {
 		if err != nil {
 			return out, fmt.Errorf("read record %s-%d@%d: %w", r.topic, r.partition, rec.Offset, err)
 		}
-		out = append(out, record{Offset: rec.Offset, Time: rec.Time, Key: k, Value: v})
+		out = append(out, fetchedRecord{Offset: rec.Offset, Time: rec.Time, Key: k, Value: v})
 		r.next = rec.Offset + 1
 	}
 	return out, nil

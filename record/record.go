@@ -1,6 +1,15 @@
-package join
+// Package record owns the formats of joiner's topics: the tick (market),
+// notification (notifications) and alert (alerts) JSON values, their
+// decoders (a schema scanner, no reflection) and encoders, the reasons a
+// record is dead-lettered, and the topic names with their defaults.
+//
+// Adding a format or a field starts here: the decoder, its encoder, the
+// fuzz target comparing the decoder with the strict reference decoder in
+// record_ref_test.go, and TestAppendAlertEveryField for an alert field.
+package record
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -80,22 +89,32 @@ const DefaultMaxRecordBytes = 64 << 10
 // segment.
 const maxSymbolBytes = 128
 
-// RecordError says why an input record was rejected. Reason is one of the
+// Error says why an input record was rejected. Reason is one of the
 // Reason constants.
-type RecordError struct {
+type Error struct {
 	Reason string
 	Err    error
 }
 
-func (e *RecordError) Error() string { return e.Reason + ": " + e.Err.Error() }
-func (e *RecordError) Unwrap() error { return e.Err }
+func (e *Error) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// ReasonOf returns the dead-letter reason of a decoding error: the Reason
+// of an *Error in err's chain, else ReasonInvalidValue.
+func ReasonOf(err error) string {
+	var re *Error
+	if errors.As(err, &re) {
+		return re.Reason
+	}
+	return ReasonInvalidValue
+}
 
 func reject(reason, format string, args ...any) error {
-	return &RecordError{Reason: reason, Err: fmt.Errorf(format, args...)}
+	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
 }
 
 // DecodeTick parses and validates a market record value. It never panics;
-// every rejection is a *RecordError. It uses the schema scanner of scan.go,
+// every rejection is a *Error. It uses the schema scanner of scan.go,
 // not reflection.
 func DecodeTick(value []byte, maxBytes int) (Tick, error) {
 	if err := checkSize(value, maxBytes); err != nil {
@@ -112,7 +131,7 @@ func DecodeTick(value []byte, maxBytes int) (Tick, error) {
 	if !price.set {
 		return Tick{}, reject(ReasonMissingField, "tick for %q has no price", symbol.str)
 	}
-	if err := checkSymbol(symbol.str); err != nil {
+	if err := CheckSymbol(symbol.str); err != nil {
 		return Tick{}, err
 	}
 	if math.IsNaN(price.num) || math.IsInf(price.num, 0) {
@@ -122,7 +141,7 @@ func DecodeTick(value []byte, maxBytes int) (Tick, error) {
 }
 
 // DecodeNotification parses and validates a notifications record value. It
-// never panics; every rejection is a *RecordError. It uses the schema
+// never panics; every rejection is a *Error. It uses the schema
 // scanner of scan.go, not reflection.
 func DecodeNotification(value []byte, maxBytes int) (Notification, error) {
 	if err := checkSize(value, maxBytes); err != nil {
@@ -139,7 +158,7 @@ func DecodeNotification(value []byte, maxBytes int) (Notification, error) {
 	if !id.set || id.str == "" {
 		return Notification{}, reject(ReasonMissingField, "notification for %q has no id", symbol.str)
 	}
-	if err := checkSymbol(symbol.str); err != nil {
+	if err := CheckSymbol(symbol.str); err != nil {
 		return Notification{}, err
 	}
 	return Notification{ID: id.str, User: user.str, Symbol: symbol.str, Text: text.str}, nil
@@ -155,7 +174,10 @@ func checkSize(value []byte, maxBytes int) error {
 	return nil
 }
 
-func checkSymbol(s string) error {
+// CheckSymbol reports whether s is a valid symbol: non-empty, at most 128
+// bytes, without control, space or '/' characters (a symbol is also a
+// Pebble key and a URL path segment). The error is an *Error.
+func CheckSymbol(s string) error {
 	switch {
 	case s == "":
 		return reject(ReasonMissingField, "symbol is empty")

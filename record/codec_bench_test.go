@@ -1,4 +1,4 @@
-package join
+package record
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 )
 
 // Benchmarks of the per-record codec work (go test -run x -bench . -benchmem
-// ./join): the schema scanner against the reflection decoder it replaced,
+// ./record): the schema scanner against the reflection decoder it replaced,
 // and AppendAlert into a reused buffer against json.Marshal. One op is one
 // record, so allocs/op is the allocations per notification of each step.
 
@@ -98,7 +98,7 @@ func BenchmarkAlertMessages(b *testing.B) {
 	b.Run("appendAlertMessages", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = appendAlertMessages(make([]kafka.Message, 0, len(alerts)), "alerts", alerts)
+			_ = AppendAlertMessages(make([]kafka.Message, 0, len(alerts)), "alerts", alerts)
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(alerts)), "ns/alert")
 	})

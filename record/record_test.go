@@ -1,4 +1,4 @@
-package join
+package record
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ func TestDecodeTick(t *testing.T) {
 				}
 				return
 			}
-			var re *RecordError
+			var re *Error
 			if !errors.As(err, &re) || re.Reason != tt.reason {
 				t.Fatalf("DecodeTick error = %v; want reason %s", err, tt.reason)
 			}
@@ -68,7 +68,7 @@ func TestDecodeNotification(t *testing.T) {
 				}
 				return
 			}
-			var re *RecordError
+			var re *Error
 			if !errors.As(err, &re) || re.Reason != tt.reason {
 				t.Fatalf("DecodeNotification error = %v; want reason %s", err, tt.reason)
 			}
@@ -78,7 +78,7 @@ func TestDecodeNotification(t *testing.T) {
 
 // FuzzDecodeTick and FuzzDecodeNotification: untrusted bytes never panic,
 // every rejection carries a known reason, and the schema scanner agrees
-// with the reflection decoder it replaced (records_ref_test.go): the same
+// with the reflection decoder it replaced (record_ref_test.go): the same
 // value, or the same rejection reason.
 func FuzzDecodeTick(f *testing.F) {
 	for _, s := range append(differentialSeeds, `{"symbol":"BBCA","price":1.5}`, `{"symbol":1}`, `{`, `null`, `{"symbol":"a","price":1e400}`) {
@@ -139,12 +139,12 @@ func TestDecodersAgree(t *testing.T) {
 }
 
 func reasonOf(err error) string {
-	var re *RecordError
+	var re *Error
 	if errors.As(err, &re) {
 		return re.Reason
 	}
 	if err != nil {
-		return "not a RecordError: " + err.Error()
+		return "not a *record.Error: " + err.Error()
 	}
 	return ""
 }
@@ -170,14 +170,14 @@ func compareNotification(t *testing.T, b []byte, maxBytes int) {
 func checkDecoded(t *testing.T, err error, symbol string) {
 	t.Helper()
 	if err == nil {
-		if checkSymbol(symbol) != nil {
+		if CheckSymbol(symbol) != nil {
 			t.Fatalf("accepted invalid symbol %q", symbol)
 		}
 		return
 	}
-	var re *RecordError
+	var re *Error
 	if !errors.As(err, &re) {
-		t.Fatalf("error %v is not a *RecordError", err)
+		t.Fatalf("error %v is not a *record.Error", err)
 	}
 	switch re.Reason {
 	case ReasonInvalidJSON, ReasonMissingField, ReasonWrongType, ReasonOversized, ReasonInvalidValue:

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 )
 
 // Offset resets. A fetch answered OFFSET_OUT_OF_RANGE means the log no
@@ -16,10 +15,10 @@ import (
 // offsets.
 //
 // Partition readers are built by the task code with newPartitionReader,
-// which knows only the worker's Client; the worker registers its reporter
+// which knows only the worker's Client (a Fetcher); the worker registers its reporter
 // for that Client here.
 
-var offsetResetReporters sync.Map // *kafka.Client → *offsetResetReporter
+var offsetResetReporters sync.Map // Fetcher → *offsetResetReporter
 
 type offsetResetReporter struct {
 	counter *prometheus.CounterVec
@@ -32,8 +31,8 @@ func (w *Worker) registerOffsetResets(reg prometheus.Registerer) {
 		Help: "Fetches answered OFFSET_OUT_OF_RANGE, by topic: the reader jumped to the first offset the log still holds and the records in between were never processed (data loss).",
 	}, []string{"topic"})
 	reg.MustRegister(c)
-	c.WithLabelValues(w.cfg.MarketTopic)
-	c.WithLabelValues(w.cfg.NotificationsTopic)
+	c.WithLabelValues(w.cfg.Topics.Market)
+	c.WithLabelValues(w.cfg.Topics.Notifications)
 	offsetResetReporters.Store(w.cfg.Client, &offsetResetReporter{counter: c, log: w.log})
 }
 
@@ -42,7 +41,7 @@ func (w *Worker) forgetOffsetResets() { offsetResetReporters.Delete(w.cfg.Client
 
 // reportOffsetReset is called by a partition reader that jumped from
 // offset from to offset to.
-func reportOffsetReset(c *kafka.Client, topic string, partition int, from, to int64) {
+func reportOffsetReset(c Fetcher, topic string, partition int, from, to int64) {
 	v, ok := offsetResetReporters.Load(c)
 	if !ok {
 		slog.Default().Warn("offset out of range; continuing from the first offset the log holds",

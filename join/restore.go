@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
 )
@@ -29,12 +30,10 @@ type stateTask struct {
 	restored chan struct{} // closed when the restore is complete
 	stopped  chan struct{} // closed when run returns
 
-	mu sync.RWMutex // guards store against Close while readers use it
-	// store is nil once closed.
+	// store is safe for concurrent use; after its Close every method
+	// returns statestore.ErrClosed (errTaskStopped here) and
+	// AppliedOffset keeps its last value for the final commit.
 	store *statestore.Store
-	// applied mirrors the store's applied offset and survives its close,
-	// so the final commit after the tasks stop still sees it.
-	applied atomic.Int64
 
 	// prunedCut is the cut of the last successful prune; owned by run.
 	prunedCut int64
@@ -74,7 +73,6 @@ func newStateTask(w *Worker, p int, store *statestore.Store, merged bool) *state
 		lastTsMs: -1,
 		changed:  make(chan struct{}),
 	}
-	s.applied.Store(store.AppliedOffset())
 	s.committedTs.Store(-1)
 	return s
 }
@@ -102,16 +100,20 @@ func (s *stateTask) marketCommit() (next int64, ok bool) {
 
 // appliedOffset is the offset of the last market record in the store, -1
 // when none.
-func (s *stateTask) appliedOffset() int64 { return s.applied.Load() }
+func (s *stateTask) appliedOffset() int64 { return s.store.AppliedOffset() }
+
+// taskStoppedErr maps the store's ErrClosed to errTaskStopped.
+func taskStoppedErr(err error) error {
+	if errors.Is(err, statestore.ErrClosed) {
+		return errTaskStopped
+	}
+	return err
+}
 
 // getAsOf reads the version of symbol's price as of tsMs from the store.
 func (s *stateTask) getAsOf(symbol string, tsMs int64) (statestore.Tick, statestore.Match, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.store == nil {
-		return statestore.Tick{}, statestore.Miss, errTaskStopped
-	}
-	return s.store.GetAsOf(symbol, tsMs)
+	tick, match, err := s.store.GetAsOf(symbol, tsMs)
+	return tick, match, taskStoppedErr(err)
 }
 
 // pruneCut is the time before which the task's history may go: the
@@ -139,13 +141,11 @@ func (s *stateTask) prune(log *slog.Logger) {
 	if !ok || cut <= s.prunedCut {
 		return
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.store == nil {
-		return
-	}
 	began := time.Now()
 	n, err := s.store.Prune(cut)
+	if errors.Is(err, statestore.ErrClosed) {
+		return // the task stopped
+	}
 	if err != nil {
 		log.Warn("pruning the price history failed; retrying at the next interval", "cut_ms", cut, "err", err)
 		return
@@ -165,14 +165,10 @@ func (w *Worker) pruneInterval() time.Duration {
 
 // close closes the store; readers after it get errTaskStopped.
 func (s *stateTask) close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.store == nil {
-		return nil
+	if err := s.store.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {
+		return err
 	}
-	err := s.store.Close()
-	s.store = nil
-	return err
+	return nil
 }
 
 // run restores the task, then tails the market partition until ctx is
@@ -180,11 +176,11 @@ func (s *stateTask) close() error {
 func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
 	w := s.w
-	log := w.log.With("task", s.p, "topic", w.cfg.MarketTopic)
-	r := newPartitionReader(w.cfg.Client, w.cfg.MarketTopic, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
+	log := w.log.With("task", s.p, "topic", w.cfg.Topics.Market)
+	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
 	// Market records below the group's committed market offset were routed
 	// by an earlier owner; dead-letter only the ones after it.
-	dlqFrom, err := w.committedOffset(ctx, w.cfg.MarketTopic, s.p)
+	dlqFrom, err := w.committedOffset(ctx, w.cfg.Topics.Market, s.p)
 	if err != nil {
 		return
 	}
@@ -283,7 +279,7 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 // applyRetrying applies recs (see apply), retrying failures with backoff,
 // and publishes the new position. It fails only when ctx is done or the
 // store was closed.
-func (s *stateTask) applyRetrying(ctx context.Context, recs []record, dlqFrom int64) error {
+func (s *stateTask) applyRetrying(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -306,41 +302,35 @@ func (s *stateTask) applyRetrying(ctx context.Context, recs []record, dlqFrom in
 
 // apply writes the valid ticks of recs and the offset of the last record
 // to the store in one batch. Malformed ticks are dead-lettered first.
-func (s *stateTask) apply(ctx context.Context, recs []record, dlqFrom int64) error {
+func (s *stateTask) apply(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
 	w := s.w
 	ticks := make([]statestore.Tick, 0, len(recs))
 	var dead []deadLetter
 	for _, rec := range recs {
-		t, err := DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
+		t, err := record.DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			if rec.Offset >= dlqFrom {
-				dead = append(dead, newDeadLetter(w.cfg.MarketTopic, s.p, rec, err))
+				dead = append(dead, newDeadLetter(w.cfg.Topics.Market, s.p, rec, err))
 			}
 			continue
 		}
 		ticks = append(ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: rec.Time.UnixMilli(), Offset: rec.Offset})
 	}
-	w.metrics.Records.WithLabelValues(w.cfg.MarketTopic).Add(float64(len(recs)))
+	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(len(recs)))
 	if len(dead) > 0 {
 		if err := w.writeOut(ctx, nil, dead); err != nil {
 			return err
 		}
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.store == nil {
-		return errTaskStopped
-	}
 	last := recs[len(recs)-1].Offset
 	if err := s.store.Apply(ticks, last); err != nil {
-		return fmt.Errorf("task %d: %w", s.p, err)
+		return fmt.Errorf("task %d: %w", s.p, taskStoppedErr(err))
 	}
-	s.applied.Store(last)
 	return nil
 }
 
 // advance publishes the read position to waiters.
-func (s *stateTask) advance(next int64, recs []record) {
+func (s *stateTask) advance(next int64, recs []fetchedRecord) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	s.next = max(s.next, next)
@@ -378,7 +368,7 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration)
 			// Not read past tsMs: wait until the reader reaches the end the
 			// log has now, which includes every record produced before the
 			// caller's.
-			if e, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.MarketTopic, s.p, kafka.LastOffset); err == nil {
+			if e, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.Topics.Market, s.p, kafka.LastOffset); err == nil {
 				end = e
 				continue
 			}
@@ -397,7 +387,7 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration)
 			if !warned && restored {
 				warned = true
 				s.w.log.Warn("a notification waits for the market to be read past its time; it is not joined before (the market partition may have no leader)",
-					"task", s.p, "topic", s.w.cfg.MarketTopic, "notification_ts_ms", tsMs, "waited", time.Since(began).Round(time.Millisecond))
+					"task", s.p, "topic", s.w.cfg.Topics.Market, "notification_ts_ms", tsMs, "waited", time.Since(began).Round(time.Millisecond))
 			}
 			recheck.Reset(idle)
 		case <-ctx.Done():

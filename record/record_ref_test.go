@@ -1,4 +1,4 @@
-package join
+package record
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ func refDecodeTick(value []byte, maxBytes int) (Tick, error) {
 	if t.Price == nil {
 		return Tick{}, reject(ReasonMissingField, "tick for %q has no price", *t.Symbol)
 	}
-	if err := checkSymbol(*t.Symbol); err != nil {
+	if err := CheckSymbol(*t.Symbol); err != nil {
 		return Tick{}, err
 	}
 	if math.IsNaN(*t.Price) || math.IsInf(*t.Price, 0) {
@@ -50,7 +50,7 @@ func refDecodeNotification(value []byte, maxBytes int) (Notification, error) {
 	if n.ID == nil || *n.ID == "" {
 		return Notification{}, reject(ReasonMissingField, "notification for %q has no id", *n.Symbol)
 	}
-	if err := checkSymbol(*n.Symbol); err != nil {
+	if err := CheckSymbol(*n.Symbol); err != nil {
 		return Notification{}, err
 	}
 	out := Notification{ID: *n.ID, Symbol: *n.Symbol}

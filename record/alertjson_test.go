@@ -1,4 +1,4 @@
-package join
+package record
 
 import (
 	"bytes"
@@ -188,7 +188,7 @@ func TestAppendAlertMessages(t *testing.T) {
 				alerts[i].Text = strings.Repeat("<&>", 200) // 6x longer escaped
 			}
 		}
-		msgs := appendAlertMessages([]kafka.Message{{Topic: "other"}}, "alerts", alerts)
+		msgs := AppendAlertMessages([]kafka.Message{{Topic: "other"}}, "alerts", alerts)
 		if len(msgs) != n+1 || msgs[0].Topic != "other" {
 			t.Fatalf("%d messages, first %q; want %d after the one given", len(msgs), msgs[0].Topic, n+1)
 		}

@@ -1,0 +1,150 @@
+package join
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/joiner-dev/joiner/group"
+	"github.com/segmentio/kafka-go"
+)
+
+// Start positions of Config.StartOffset: where a notifications partition
+// with no committed offset starts.
+const (
+	StartEarliest = "earliest"
+	StartLatest   = "latest"
+)
+
+// uncommittedStart is where topic-p starts when the group has no committed
+// offset for it: -1 (the partition's first offset) for the market topic and
+// for StartEarliest, the partition's end for notifications with
+// StartLatest. It retries the end-offset lookup until ctx is done.
+func (w *Worker) uncommittedStart(ctx context.Context, topic string, p int) (int64, error) {
+	if topic != w.cfg.Topics.Notifications || w.cfg.StartOffset != StartLatest {
+		return -1, nil
+	}
+	for attempt := 0; ; attempt++ {
+		end, err := listOffset(ctx, w.cfg.Client, topic, p, kafka.LastOffset)
+		if err == nil {
+			w.log.Info("no committed offset; starting at the end (--start-offset latest)", "topic", topic, "partition", p, "offset", end)
+			return end, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		w.metrics.FetchErrors.Inc()
+		w.log.Warn("cannot read the end offset for --start-offset latest; retrying", "topic", topic, "partition", p, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func validStartOffset(s string) error {
+	switch s {
+	case "", StartEarliest, StartLatest:
+		return nil
+	}
+	return fmt.Errorf("join: Config.StartOffset %q: want %q or %q", s, StartEarliest, StartLatest)
+}
+
+// committedOffset returns the group's committed offset of topic-p, -1 when
+// none, retrying until ctx is done.
+func (w *Worker) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
+		if err == nil {
+			if o, ok := offs[p]; ok && o >= 0 {
+				return o, nil
+			}
+			return w.uncommittedStart(ctx, topic, p)
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		w.log.Warn("cannot fetch the committed offset; retrying", "topic", topic, "partition", p, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// commitLoop commits processed offsets every CommitInterval until ctx is
+// done.
+func (w *Worker) commitLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = w.commit(ctx) // counted and logged inside; retried next tick
+		}
+	}
+}
+
+// commit commits the acknowledged notification offsets and the applied
+// market offsets that changed since the last commit.
+func (w *Worker) commit(ctx context.Context) error {
+	w.commitMu.Lock()
+	defer w.commitMu.Unlock()
+	offsets := map[string]map[int]int64{}
+	add := func(topic string, p int, next int64) {
+		if next < 0 || w.committed[topic][p] == next {
+			return
+		}
+		if offsets[topic] == nil {
+			offsets[topic] = map[int]int64{}
+		}
+		offsets[topic][p] = next
+	}
+	// The timestamps of the notifications committed, per merged task, for
+	// the pruning of its history once the commit succeeds.
+	notifTs := map[*stateTask]int64{}
+	w.mu.RLock()
+	for p, t := range w.procs {
+		ts := t.ackedTs.Load()
+		next := t.acked.Load()
+		add(w.cfg.Topics.Notifications, p, next)
+		if t.st != nil && next >= 0 {
+			notifTs[t.st] = ts
+		}
+	}
+	for p, st := range w.states {
+		// Only a restored task knows where the market stands; its offset
+		// never goes below what the group has committed (a store restored
+		// from scratch starts below it).
+		if next, ok := st.marketCommit(); ok {
+			add(w.cfg.Topics.Market, p, next)
+		}
+	}
+	w.mu.RUnlock()
+	if len(offsets) == 0 || w.member == nil {
+		return nil
+	}
+	if err := w.member.Commit(ctx, offsets); err != nil {
+		if !errors.Is(err, group.ErrRebalancing) {
+			w.metrics.CommitErrors.Inc()
+			w.log.Warn("offset commit failed; retrying at the next interval", "err", err)
+		}
+		return err
+	}
+	for st, ts := range notifTs {
+		st.committedTs.Store(max(st.committedTs.Load(), ts))
+	}
+	if w.committed == nil {
+		w.committed = map[string]map[int]int64{}
+	}
+	for topic, ps := range offsets {
+		if w.committed[topic] == nil {
+			w.committed[topic] = map[int]int64{}
+		}
+		for p, o := range ps {
+			w.committed[topic][p] = o
+		}
+	}
+	return nil
+}

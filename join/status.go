@@ -1,0 +1,130 @@
+package join
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/joiner-dev/joiner/record"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Registry returns the registry the metrics went to when
+// Config.Registerer was nil, else nil.
+func (w *Worker) Registry() *prometheus.Registry { return w.reg }
+
+// counterValue reads a counter of the worker's own Metrics.
+func counterValue(c prometheus.Counter) int64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return int64(m.GetCounter().GetValue())
+}
+
+// Ready reports whether the worker has an assignment and every state task
+// it holds has been restored: the /readyz condition.
+func (w *Worker) Ready() (bool, string) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if !w.assigned {
+		return false, "no assignment yet"
+	}
+	if why := w.faultsLocked(); why != "" {
+		return false, why
+	}
+	var waiting []int
+	for p, st := range w.states {
+		if !st.isRestored() {
+			waiting = append(waiting, p)
+		}
+	}
+	if len(waiting) > 0 {
+		slices.Sort(waiting)
+		return false, fmt.Sprintf("restoring tasks %v", waiting)
+	}
+	return true, "ok"
+}
+
+// Stats is a snapshot of one worker's joins.
+type Stats struct {
+	Instance   string `json:"-"`
+	Generation int32  `json:"-"`
+	// Tasks are the notification partitions this worker processes.
+	Tasks []int `json:"-"`
+	// StateTasks are the market partitions whose state it holds.
+	StateTasks []int `json:"-"`
+	Local      int64 `json:"local"`
+	Remote     int64 `json:"remote"`
+	Miss       int64 `json:"miss"`
+	Late       int64 `json:"late"`
+	// RestoredRecords counts market records read by restores; Restores
+	// counts the state tasks started (each restores before it tails).
+	RestoredRecords int64 `json:"restored_records"`
+	Restores        int64 `json:"restores"`
+	// MovedTotal sums the moved counts of the plans this worker computed
+	// as leader.
+	MovedTotal int64 `json:"moved_total"`
+}
+
+// Stats returns a snapshot of the worker's assignment and join counts.
+func (w *Worker) Stats() Stats {
+	w.mu.RLock()
+	a := w.assignment
+	w.mu.RUnlock()
+	return Stats{
+		Instance:        w.cfg.InstanceID,
+		Generation:      a.Generation,
+		Tasks:           slices.Clone(a.Topics[w.cfg.Topics.Notifications]),
+		StateTasks:      slices.Clone(a.Topics[w.cfg.Topics.Market]),
+		Local:           counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLocal))),
+		Remote:          counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultRemote))),
+		Miss:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultMiss))),
+		Late:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLate))),
+		RestoredRecords: w.restoredRecords.Load(),
+		Restores:        w.restores.Load(),
+		MovedTotal:      counterValue(w.metrics.TasksMoved),
+	}
+}
+
+// AssignmentView is the answer of GET /v1/assignment (Worker.View).
+type AssignmentView struct {
+	Instance   string `json:"instance"`
+	Generation int32  `json:"generation"`
+	Leader     bool   `json:"leader"`
+	Partitions int    `json:"partitions"`
+	// Tasks are the notification partitions processed here; StateTasks
+	// the market partitions whose state is held here.
+	Tasks      []int `json:"tasks"`
+	StateTasks []int `json:"state_tasks"`
+	// Owners[p] is the instance id owning task p's state.
+	Owners []string `json:"owners"`
+	// Moved is the moved count of this generation's plan.
+	Moved int  `json:"moved"`
+	Ready bool `json:"ready"`
+	Stats
+}
+
+// View returns this member's assignment and join counts (GET
+// /v1/assignment).
+func (w *Worker) View() AssignmentView {
+	w.mu.RLock()
+	a := w.assignment
+	w.mu.RUnlock()
+	v := AssignmentView{
+		Instance: w.cfg.InstanceID, Generation: a.Generation, Leader: a.Leader, Partitions: a.Partitions,
+		Moved: a.Moved, Stats: w.Stats(), Owners: make([]string, len(a.Owners)),
+	}
+	v.Tasks, v.StateTasks = v.Stats.Tasks, v.Stats.StateTasks
+	if v.Tasks == nil {
+		v.Tasks = []int{}
+	}
+	if v.StateTasks == nil {
+		v.StateTasks = []int{}
+	}
+	for i, o := range a.Owners {
+		v.Owners[i] = o.InstanceID
+	}
+	v.Ready, _ = w.Ready()
+	return v
+}
