@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -40,10 +41,11 @@ type Config struct {
 	// the other members in the owner map.
 	QueryAddr string
 
-	// Topics are the co-partitioned topics. Topics[0] is the state topic:
-	// Assignment.Owners tells who was assigned each of its partitions.
-	// Required, at least one.
-	Topics []string
+	// Topics names the co-partitioned input topics the member subscribes
+	// to (Topics.Inputs(): the state topic Market, whose owners
+	// Assignment.Owners tells, then Notifications); the output topics are
+	// not the group's concern. Market and Notifications are required.
+	Topics record.Topics
 
 	// Assignor names the leader's plan, one of AssignorNames (see
 	// Assignor). Default: DefaultAssignor(), AssignorCopartition.
@@ -102,12 +104,12 @@ type Assignment struct {
 	// this member, ascending. With AssignorCopartition every topic has the
 	// same list: this member's tasks.
 	Topics map[string][]int
-	// Owners[p] is the member assigned partition p of Topics[0] (the state
+	// Owners[p] is the member assigned partition p of Config.Topics.Market (the state
 	// topic); the zero Owner when nobody is.
 	Owners []Owner
 	// Moved is the number of tasks whose owner changed, as the leader's plan
 	// reported it. For the non-sticky assignors the leader counts the
-	// partitions of Topics[0] whose owner differs from the one reported in
+	// partitions of Config.Topics.Market whose owner differs from the one reported in
 	// the subscriptions (a partition nobody reported counts as moved).
 	Moved int
 

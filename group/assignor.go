@@ -28,7 +28,7 @@ type PlanRequest struct {
 	// Partitions is the number of tasks: every topic has partitions
 	// [0, Partitions) to assign.
 	Partitions int
-	// Topics are the configured topics; Topics[0] is the state topic.
+	// Topics are the input topics, Config.Topics.Inputs(): the state topic (Market) first.
 	Topics []string
 	// Members are the instance ids to plan for, ascending and distinct;
 	// at least one.

@@ -73,7 +73,7 @@ func TestRegistryNames(t *testing.T) {
 // TestRegisteredAssignorIsUsed adds an assignor to the registry and checks
 // that Config validation accepts it and the leader plans with it.
 func TestRegisteredAssignorIsUsed(t *testing.T) {
-	cfg := Config{GroupID: "g", InstanceID: "pod-0", Topics: []string{"market", "notifications"},
+	cfg := Config{GroupID: "g", InstanceID: "pod-0", Topics: testTopicSet,
 		Handler: &recorder{}, Brokers: []string{"127.0.0.1:1"}, Assignor: "reverse"}
 	if _, err := New(cfg); err == nil {
 		t.Fatal("New accepted an unregistered assignor")

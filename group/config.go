@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 )
 
@@ -29,8 +28,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("group: Config.InstanceID is %d bytes, the limit is %d", len(c.InstanceID), maxIDLen)
 	case len(c.QueryAddr) > maxAddrLen:
 		return fmt.Errorf("group: Config.QueryAddr is %d bytes, the limit is %d", len(c.QueryAddr), maxAddrLen)
-	case len(c.Topics) == 0:
-		return errors.New("group: Config.Topics needs at least one topic")
+	case c.Topics.Market == "" || c.Topics.Notifications == "":
+		return errors.New("group: Config.Topics.Market and Config.Topics.Notifications are required")
 	case c.Handler == nil:
 		return errors.New("group: Config.Handler is required")
 	case c.Client == nil && len(c.Brokers) == 0:
@@ -38,12 +37,8 @@ func (c Config) Validate() error {
 	case c.SessionTimeout < 0 || c.RebalanceTimeout < 0 || c.HeartbeatInterval < 0 || c.MetadataCheckInterval < 0:
 		return errors.New("group: negative timeout in Config")
 	}
-	seen := map[string]bool{}
-	for _, t := range c.Topics {
-		if t == "" || seen[t] {
-			return fmt.Errorf("group: Config.Topics %q: empty or repeated topic", c.Topics)
-		}
-		seen[t] = true
+	if c.Topics.Market == c.Topics.Notifications {
+		return fmt.Errorf("group: Config.Topics.Market and Config.Topics.Notifications are both %q", c.Topics.Market)
 	}
 	if _, err := LookupAssignor(c.Assignor); err != nil {
 		return fmt.Errorf("group: Config.Assignor: %w", err)
@@ -58,7 +53,6 @@ func (c Config) Validate() error {
 // withDefaults returns c with its zero fields set to their defaults and its
 // Topics copied. It is the one place the defaults are applied.
 func (c Config) withDefaults() Config {
-	c.Topics = slices.Clone(c.Topics)
 	if c.Assignor == "" {
 		c.Assignor = DefaultAssignor()
 	}

@@ -4,10 +4,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/joiner-dev/joiner/record"
 )
 
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Brokers: []string{"x:1"}, GroupID: "g", InstanceID: "i", Topics: []string{"t"}, Handler: &recorder{}}
+	ok := Config{Brokers: []string{"x:1"}, GroupID: "g", InstanceID: "i", Topics: record.Topics{Market: "m", Notifications: "n"}, Handler: &recorder{}}
 	for _, tc := range []struct {
 		name  string
 		edit  func(*Config)
@@ -21,7 +23,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative metadata check", func(c *Config) { c.MetadataCheckInterval = -1 }, "negative"},
 		{"unknown assignor", func(c *Config) { c.Assignor = "sticky" }, "Config.Assignor"},
 		{"no group", func(c *Config) { c.GroupID = "" }, "Config.GroupID"},
-		{"empty topic", func(c *Config) { c.Topics = []string{"t", ""} }, "Config.Topics"},
+		{"empty topic", func(c *Config) { c.Topics.Notifications = "" }, "Config.Topics"},
+		{"one topic twice", func(c *Config) { c.Topics.Notifications = c.Topics.Market }, "Config.Topics"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ok

@@ -24,7 +24,9 @@ const (
 // with Run. Commit, FetchOffsets and Current are safe for concurrent use with
 // Run and with each other.
 type Member struct {
-	cfg    Config
+	cfg Config
+	// topics are the input topics, the state topic first.
+	topics []string
 	client *kafka.Client
 	// joinClient is client without its Timeout, for JoinGroup and
 	// SyncGroup: the coordinator may hold them for up to RebalanceTimeout,
@@ -68,6 +70,7 @@ func New(cfg Config) (*Member, error) {
 	cfg = cfg.withDefaults()
 	m := &Member{
 		cfg:    cfg,
+		topics: cfg.Topics.Inputs(),
 		client: cfg.Client,
 		log:    cfg.Logger.With("group", cfg.GroupID, "instance", cfg.InstanceID),
 	}
@@ -122,7 +125,7 @@ func (m *Member) Run(ctx context.Context) error {
 	if m.own != nil {
 		defer m.own.CloseIdleConnections()
 	}
-	m.log.Info("group: starting", "topics", m.cfg.Topics, "assignor", m.cfg.Assignor,
+	m.log.Info("group: starting", "topics", m.topics, "assignor", m.cfg.Assignor,
 		"session_timeout", m.cfg.SessionTimeout, "rebalance_timeout", m.cfg.RebalanceTimeout)
 
 	var (
@@ -321,7 +324,7 @@ func (m *Member) checkMetadata(ctx context.Context, a Assignment) error {
 		m.log.Warn("group: metadata check failed", "err", err)
 		return nil
 	}
-	p, unpaired, planErr := pairCounts(m.cfg.Topics, counts)
+	p, unpaired, planErr := pairCounts(m.topics, counts)
 	changed := a.Error == "" && (planErr != nil || p != a.Partitions || unpaired != a.Unpaired) || // planned, now different
 		a.Error != "" && planErr == nil // could not plan, now fixed
 	if changed {
@@ -356,7 +359,7 @@ func (m *Member) ownedTasks() []int {
 	cur, ok := m.current, m.hasCurrent
 	m.mu.Unlock()
 	if ok {
-		return cur.Topics[m.cfg.Topics[0]]
+		return cur.Topics[m.topics[0]]
 	}
 	if m.cfg.Owned != nil {
 		return m.cfg.Owned()
@@ -388,13 +391,13 @@ func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error)
 		Protocols: []kafka.GroupProtocol{{
 			Name: m.cfg.Assignor,
 			Metadata: kafka.GroupProtocolSubscription{
-				Topics:   m.cfg.Topics,
+				Topics:   m.topics,
 				UserData: userData,
 				// Only the state topic: kafka-go encodes this map in
 				// random order, and the coordinator compares metadata
 				// bytes to let a static member rejoin without a
 				// rebalance. The tasks are the same for every topic.
-				OwnedPartitions: map[string][]int{m.cfg.Topics[0]: owned},
+				OwnedPartitions: map[string][]int{m.topics[0]: owned},
 			},
 		}},
 	})
@@ -446,7 +449,7 @@ func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error)
 	if a.Leader {
 		a.Unpaired = int(m.unpaired.Load())
 	}
-	tasks := a.Topics[m.cfg.Topics[0]]
+	tasks := a.Topics[m.topics[0]]
 	if a.Error != "" {
 		m.log.Error("group: the leader could not plan; this member has no tasks",
 			"generation", a.Generation, "leader_error", a.Error)
@@ -461,13 +464,13 @@ func (m *Member) decodeOwn(gen int32, memberID string, ga kafka.GroupProtocolAss
 	a := Assignment{
 		Generation: gen,
 		MemberID:   memberID,
-		Topics:     make(map[string][]int, len(m.cfg.Topics)),
+		Topics:     make(map[string][]int, len(m.topics)),
 	}
-	for _, t := range m.cfg.Topics {
+	for _, t := range m.topics {
 		a.Topics[t] = normalizeTasks(ga.AssignedPartitions[t])
 	}
 	for t := range ga.AssignedPartitions {
-		if !slices.Contains(m.cfg.Topics, t) {
+		if !slices.Contains(m.topics, t) {
 			m.log.Warn("group: assignment names a topic this member does not consume", "topic", t)
 		}
 	}
@@ -503,7 +506,7 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 	}
 	out, err := computePlan(planInput{
 		Assignor: jresp.ProtocolName,
-		Topics:   m.cfg.Topics,
+		Topics:   m.topics,
 		Counts:   counts,
 		Leader:   m.cfg.InstanceID,
 		Members:  members,
@@ -532,7 +535,7 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 // partitionCounts returns the partition count of every configured topic that
 // exists.
 func (m *Member) partitionCounts(ctx context.Context) (map[string]int, error) {
-	md, err := m.client.Metadata(ctx, &kafka.MetadataRequest{Topics: m.cfg.Topics})
+	md, err := m.client.Metadata(ctx, &kafka.MetadataRequest{Topics: m.topics})
 	if err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}

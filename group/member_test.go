@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -22,7 +23,10 @@ import (
 
 const testPartitions = 6
 
-var testTopics = []string{"market", "notifications"}
+var (
+	testTopics   = []string{"market", "notifications"}
+	testTopicSet = record.Topics{Market: "market", Notifications: "notifications"}
+)
 
 // newCluster starts an in-process kfake broker with the two co-partitioned
 // topics (or the given seed options) and a session timeout floor low enough
@@ -143,7 +147,7 @@ func startMember(t *testing.T, addrs []string, id string, edit func(*Config)) *t
 		GroupID:           "joiner",
 		InstanceID:        id,
 		QueryAddr:         id + ":8080",
-		Topics:            testTopics,
+		Topics:            testTopicSet,
 		SessionTimeout:    time.Second,
 		RebalanceTimeout:  3 * time.Second,
 		HeartbeatInterval: 50 * time.Millisecond,
@@ -532,12 +536,12 @@ func TestNotCopartitioned(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	ok := Config{Brokers: []string{"x:1"}, GroupID: "g", InstanceID: "i", Topics: []string{"t"}, Handler: &recorder{}}
+	ok := Config{Brokers: []string{"x:1"}, GroupID: "g", InstanceID: "i", Topics: record.Topics{Market: "m", Notifications: "n"}, Handler: &recorder{}}
 	for name, edit := range map[string]func(*Config){
 		"group":     func(c *Config) { c.GroupID = "" },
 		"instance":  func(c *Config) { c.InstanceID = "" },
-		"topics":    func(c *Config) { c.Topics = nil },
-		"repeated":  func(c *Config) { c.Topics = []string{"t", "t"} },
+		"topics":    func(c *Config) { c.Topics = record.Topics{} },
+		"repeated":  func(c *Config) { c.Topics.Notifications = c.Topics.Market },
 		"handler":   func(c *Config) { c.Handler = nil },
 		"brokers":   func(c *Config) { c.Brokers = nil },
 		"assignor":  func(c *Config) { c.Assignor = "sticky" },
@@ -762,7 +766,7 @@ func TestLostMembershipCallsLost(t *testing.T) {
 // has not confirmed for a session timeout (the process was paused) is not
 // Active, before any heartbeat has told the member so.
 func TestActiveNeedsARecentHeartbeat(t *testing.T) {
-	m, err := New(Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", InstanceID: "i", Topics: testTopics, Handler: &recorder{}, SessionTimeout: time.Second})
+	m, err := New(Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", InstanceID: "i", Topics: testTopicSet, Handler: &recorder{}, SessionTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ type joinedMember struct {
 // I/O, so it is tested without a broker.
 type planInput struct {
 	Assignor string
-	Topics   []string       // Config.Topics; Topics[0] is the state topic
+	Topics   []string       // Config.Topics.Inputs(): the state topic first
 	Counts   map[string]int // partition count per topic, from metadata; a missing topic is unknown
 	Leader   string         // instance id of the planning member
 	Members  []joinedMember

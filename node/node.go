@@ -236,7 +236,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		GroupID:           cfg.Group,
 		InstanceID:        cfg.InstanceID,
 		QueryAddr:         n.addr,
-		Topics:            cfg.Topics.Inputs(),
+		Topics:            cfg.Topics,
 		Assignor:          cfg.Assignor,
 		SessionTimeout:    cfg.SessionTimeout,
 		RebalanceTimeout:  cfg.RebalanceTimeout,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -50,7 +51,7 @@ func TestLeaveRemovesStaticMember(t *testing.T) {
 	brokers := strings.Join(c.ListenAddrs(), ",")
 	h := nopHandler{assigned: make(chan group.Assignment, 1)}
 	m, err := group.New(group.Config{
-		Brokers: c.ListenAddrs(), GroupID: "g", InstanceID: "pod-1", Topics: []string{"market", "notifications"},
+		Brokers: c.ListenAddrs(), GroupID: "g", InstanceID: "pod-1", Topics: record.Topics{Market: "market", Notifications: "notifications"},
 		SessionTimeout: time.Minute, HeartbeatInterval: 100 * time.Millisecond, Handler: h,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
