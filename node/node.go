@@ -16,8 +16,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/group"
-	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/joiner-dev/joiner/httpapi"
+	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
