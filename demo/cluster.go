@@ -195,13 +195,13 @@ func stable(nodes map[string]*node.Node, partitions int) (int32, string) {
 	var gen int32 = -1
 	seen := map[string][]int{}
 	for name, n := range nodes {
-		s := n.Worker().Stats()
+		s := n.Processor().Stats()
 		if gen == -1 {
 			gen = s.Generation
 		} else if s.Generation != gen {
 			return 0, fmt.Sprintf("generations differ (%s at %d, another at %d)", name, s.Generation, gen)
 		}
-		if ok, why := n.Worker().Ready(); !ok {
+		if ok, why := n.Processor().Ready(); !ok {
 			return 0, name + ": " + why
 		}
 		seen["n"] = append(seen["n"], s.Tasks...)

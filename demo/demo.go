@@ -309,7 +309,7 @@ func (r Report) total() int64 { return r.Joins.Local + r.Joins.Remote + r.Joins.
 func (f *fleet) report(cfg Config, notifications, alerts int) Report {
 	rep := Report{Workers: cfg.Workers, Partitions: cfg.Partitions, Notifications: notifications, Alerts: alerts, PerWorker: []WorkerReport{}}
 	for _, n := range f.workers {
-		s := n.Worker().Stats()
+		s := n.Processor().Stats()
 		tasks := s.Tasks
 		if tasks == nil {
 			tasks = []int{}

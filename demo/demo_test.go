@@ -435,7 +435,7 @@ func checkPrices(t *testing.T, h *harness) {
 	for _, n := range h.f.Workers() {
 		for _, s := range syms {
 			task := join.SymbolTask(s, h.b.Partitions)
-			if !slices.Contains(n.Worker().Stats().StateTasks, task) {
+			if !slices.Contains(n.Processor().Stats().StateTasks, task) {
 				continue
 			}
 			p, ok := lookup(t, n.Addr(), s)

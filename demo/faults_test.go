@@ -170,7 +170,7 @@ func TestFaultForeignMemberGetsNoTasks(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "excluded by the group leader") {
 		t.Errorf("the foreign member logged no ERROR saying it is excluded:\n%s", logs.String())
 	}
-	if s := foreign.Worker().Stats(); len(s.Tasks)+len(s.StateTasks) != 0 {
+	if s := foreign.Processor().Stats(); len(s.Tasks)+len(s.StateTasks) != 0 {
 		t.Errorf("foreign member holds tasks %v / %v", s.Tasks, s.StateTasks)
 	}
 	h.stable() // w1 holds all 6 tasks
@@ -180,7 +180,7 @@ func TestFaultForeignMemberGetsNoTasks(t *testing.T) {
 	}
 	h.produce(loadgen.Config{Symbols: 20, TicksPerSymbol: 2, NotificationsPerSymbol: 10})
 	checkAlerts(t, h)
-	if s := foreign.Worker().Stats(); s.Local+s.Remote+s.Miss != 0 {
+	if s := foreign.Processor().Stats(); s.Local+s.Remote+s.Miss != 0 {
 		t.Errorf("foreign member joined %d notifications", s.Local+s.Remote+s.Miss)
 	}
 }
@@ -249,10 +249,10 @@ func TestFaultPartitionsAddedWhileRunning(t *testing.T) {
 	waitUntil(t, 30*time.Second, "joiner_group_unpaired_partitions = 2", func() bool { return unpaired() == 2 })
 	h.stable() // every one of the 4 paired tasks is held and restored
 	for name, n := range h.f.Workers() {
-		if ok, why := n.Worker().Ready(); !ok {
+		if ok, why := n.Processor().Ready(); !ok {
 			t.Errorf("%s not ready: %s", name, why)
 		}
-		for _, p := range n.Worker().Stats().StateTasks {
+		for _, p := range n.Processor().Stats().StateTasks {
 			dir := filepath.Join(h.f.Dir, name, h.b.Group, "task-"+strconv.Itoa(p))
 			if _, err := os.Stat(dir); err != nil {
 				t.Errorf("%s: the store of task %d is gone: %v", name, p, err)
@@ -284,14 +284,14 @@ func TestFaultUnopenableStoreIsNotProcessed(t *testing.T) {
 	h.f.Template.StoreFS = nil
 	h.start("w2")
 	w2 := h.f.Workers()["w2"]
-	waitUntil(t, 45*time.Second, "w2 to hold all 4 tasks", func() bool { return len(w2.Worker().Stats().Tasks) == 4 })
+	waitUntil(t, 45*time.Second, "w2 to hold all 4 tasks", func() bool { return len(w2.Processor().Stats().Tasks) == 4 })
 	_, body := readyz(t, w1.Addr())
 	if !strings.Contains(body, "task ") {
 		t.Errorf("/readyz of w1 does not name the task: %q", body)
 	}
 	h.produce(loadgen.Config{Symbols: 20, TicksPerSymbol: 1, NotificationsPerSymbol: 5})
 	checkAlerts(t, h)
-	if s := w1.Worker().Stats(); s.Local+s.Remote+s.Miss != 0 {
+	if s := w1.Processor().Stats(); s.Local+s.Remote+s.Miss != 0 {
 		t.Errorf("w1 joined %d notifications with unusable stores", s.Local+s.Remote+s.Miss)
 	}
 	if got := metric(t, w1.Addr(), `joiner_records_total{topic="notifications"}`); got > 0 {

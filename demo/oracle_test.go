@@ -170,7 +170,7 @@ func takenOver(f *testkit.Fleet, gone string) bool {
 		if name == gone {
 			continue
 		}
-		s := n.Worker().Stats()
+		s := n.Processor().Stats()
 		gens[s.Generation] = true
 		for _, p := range s.Tasks {
 			tasks[p] = true

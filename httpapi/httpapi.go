@@ -13,7 +13,7 @@
 //	                      member does not hold the symbol's task, 503 while
 //	                      it is restoring. after_ms is an alias of at_ms.
 //
-// It only translates HTTP to the Backend (a *join.Worker) and errors to
+// It only translates HTTP to the Backend (a *join.Processor) and errors to
 // status codes; join's remote lookup client is the other side of
 // /v1/prices.
 package httpapi
@@ -32,7 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Backend is what the API serves: *join.Worker.
+// Backend is what the API serves: *join.Processor.
 type Backend interface {
 	// PriceAsOf answers /v1/prices; atMs is nil for the latest price. Its
 	// errors wrap join.ErrNotOwner, join.ErrRestoring or join.ErrNoPrice,

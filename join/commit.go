@@ -21,7 +21,7 @@ const (
 // offset for it: -1 (the partition's first offset) for the market topic and
 // for StartEarliest, the partition's end for notifications with
 // StartLatest. It retries the end-offset lookup until ctx is done.
-func (w *Worker) uncommittedStart(ctx context.Context, topic string, p int) (int64, error) {
+func (w *Processor) uncommittedStart(ctx context.Context, topic string, p int) (int64, error) {
 	if topic != w.cfg.Topics.Notifications || w.cfg.StartOffset != StartLatest {
 		return -1, nil
 	}
@@ -52,7 +52,7 @@ func validStartOffset(s string) error {
 
 // committedOffset returns the group's committed offset of topic-p, -1 when
 // none, retrying until ctx is done.
-func (w *Worker) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
+func (w *Processor) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
 		if err == nil {
@@ -73,7 +73,7 @@ func (w *Worker) committedOffset(ctx context.Context, topic string, p int) (int6
 
 // commitLoop commits processed offsets every CommitInterval until ctx is
 // done.
-func (w *Worker) commitLoop(ctx context.Context) {
+func (w *Processor) commitLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.CommitInterval)
 	defer t.Stop()
 	for {
@@ -88,7 +88,7 @@ func (w *Worker) commitLoop(ctx context.Context) {
 
 // commit commits the acknowledged notification offsets and the applied
 // market offsets that changed since the last commit.
-func (w *Worker) commit(ctx context.Context) error {
+func (w *Processor) commit(ctx context.Context) error {
 	w.commitMu.Lock()
 	defer w.commitMu.Unlock()
 	offsets := map[string]map[int]int64{}

@@ -118,9 +118,9 @@ func (m *startedMember) Run(ctx context.Context) error {
 	return nil
 }
 
-// fakeRig is a Worker on fakes, running until the test ends.
+// fakeRig is a Processor on fakes, running until the test ends.
 type fakeRig struct {
-	w      *Worker
+	w      *Processor
 	f      *fakeFetcher
 	out    *fakeWriter
 	member *startedMember
@@ -134,7 +134,7 @@ func newFakeRig(t *testing.T) *fakeRig {
 	}
 	t.Cleanup(func() { stores.Close() })
 	r := &fakeRig{f: newFakeFetcher(), out: &fakeWriter{}, member: &startedMember{started: make(chan struct{})}}
-	r.w, err = NewWorker(Config{Client: r.f, Writer: r.out, Stores: stores, InstanceID: "w",
+	r.w, err = NewProcessor(Config{Client: r.f, Writer: r.out, Stores: stores, InstanceID: "w",
 		FetchMaxWait: 5 * time.Millisecond, MaxTaskIdle: 50 * time.Millisecond, CommitInterval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

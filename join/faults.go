@@ -13,7 +13,7 @@ import (
 // member, and (on the planning leader) partitions with no pair.
 
 // registerFaultMetrics adds the gauges read from the current assignment.
-func (w *Worker) registerFaultMetrics(reg prometheus.Registerer) {
+func (w *Processor) registerFaultMetrics(reg prometheus.Registerer) {
 	reg.MustRegister(storeCollector{w.cfg.Stores})
 	w.registerOffsetResets(reg)
 	w.metrics.Tasks.WithLabelValues("failed")
@@ -54,7 +54,7 @@ func (w *Worker) registerFaultMetrics(reg prometheus.Registerer) {
 
 // faultsLocked is the /readyz reason of a fault that keeps this member
 // from its work, or "". w.mu must be held.
-func (w *Worker) faultsLocked() string {
+func (w *Processor) faultsLocked() string {
 	a := w.assignment
 	if a.Error == "" {
 		return w.storeFaultReason()
@@ -65,7 +65,7 @@ func (w *Worker) faultsLocked() string {
 	return fmt.Sprintf("the group leader could not plan (generation %d): %s", a.Generation, a.Error)
 }
 
-func (w *Worker) currentAssignment() group.Assignment {
+func (w *Processor) currentAssignment() group.Assignment {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return w.assignment

@@ -25,7 +25,7 @@ type offsetResetReporter struct {
 	log     *slog.Logger
 }
 
-func (w *Worker) registerOffsetResets(reg prometheus.Registerer) {
+func (w *Processor) registerOffsetResets(reg prometheus.Registerer) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "joiner_offset_resets_total",
 		Help: "Fetches answered OFFSET_OUT_OF_RANGE, by topic: the reader jumped to the first offset the log still holds and the records in between were never processed (data loss).",
@@ -37,7 +37,7 @@ func (w *Worker) registerOffsetResets(reg prometheus.Registerer) {
 }
 
 // forgetOffsetResets drops the worker's reporter; called when Run ends.
-func (w *Worker) forgetOffsetResets() { offsetResetReporters.Delete(w.cfg.Client) }
+func (w *Processor) forgetOffsetResets() { offsetResetReporters.Delete(w.cfg.Client) }
 
 // reportOffsetReset is called by a partition reader that jumped from
 // offset from to offset to.

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Price is the answer of GET /v1/prices/{symbol} (Worker.PriceAsOf): one version of the
+// Price is the answer of GET /v1/prices/{symbol} (Processor.PriceAsOf): one version of the
 // symbol's price, the tick at TsMs from market offset Offset.
 type Price struct {
 	Symbol string  `json:"symbol"`
@@ -45,7 +45,7 @@ var (
 // as of *atMs, after first waiting up to MaxTaskIdle until the task has
 // been read past *atMs or to its end. Its errors wrap ErrNotOwner,
 // ErrRestoring or ErrNoPrice, or are ctx's error or a store error.
-func (w *Worker) PriceAsOf(ctx context.Context, symbol string, atMs *int64) (Price, error) {
+func (w *Processor) PriceAsOf(ctx context.Context, symbol string, atMs *int64) (Price, error) {
 	q := SymbolTask(symbol, w.partitions())
 	st := w.stateTask(q)
 	if st == nil {
@@ -137,7 +137,7 @@ var errLookup = errors.New("price lookup failed")
 
 // lookup sets a's result and price as of tsMs for symbol, whose task is q:
 // from the local store when this member holds q, otherwise from q's owner.
-func (w *Worker) lookup(ctx context.Context, a *record.Alert, q int, symbol string, tsMs int64) error {
+func (w *Processor) lookup(ctx context.Context, a *record.Alert, q int, symbol string, tsMs int64) error {
 	if st := w.stateTask(q); st != nil {
 		tick, match, err := st.getAsOf(symbol, tsMs)
 		switch {
@@ -184,7 +184,7 @@ func setPrice(a *record.Alert, m statestore.Match, found record.Result, price fl
 	}
 }
 
-func (w *Worker) owner(p int) (group.Owner, bool) {
+func (w *Processor) owner(p int) (group.Owner, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if p < 0 || p >= len(w.assignment.Owners) {

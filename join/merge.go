@@ -22,7 +22,7 @@ type fetched struct {
 
 // prefetch reads r in a goroutine owned by the caller (wg) until ctx is
 // done, handing every fetch, empty ones too, to the returned channel.
-func (w *Worker) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, log *slog.Logger) <-chan fetched {
+func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, log *slog.Logger) <-chan fetched {
 	ch := make(chan fetched, 1)
 	wg.Add(1)
 	go func() {

@@ -18,7 +18,7 @@ import (
 // newTestWorker builds a worker on an embedded broker with one partition
 // per topic, holding task 0's state (restored, empty) and processing its
 // notifications merged.
-func newTestWorker(t *testing.T) (*Worker, *processTask, *kafka.Client) {
+func newTestWorker(t *testing.T) (*Processor, *processTask, *kafka.Client) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "market", "notifications", "alerts", "joiner-dead-letters"))
 	if err != nil {
@@ -33,7 +33,7 @@ func newTestWorker(t *testing.T) (*Worker, *processTask, *kafka.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stores.Close() })
-	w, err := NewWorker(Config{Client: client, Writer: writer, Stores: stores, InstanceID: "w"})
+	w, err := NewProcessor(Config{Client: client, Writer: writer, Stores: stores, InstanceID: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}

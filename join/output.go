@@ -11,7 +11,7 @@ import (
 
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
-func (w *Worker) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
+func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
 	msgs := record.AppendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.Topics.Alerts, alerts)
 	for _, d := range dead {
 		msgs = append(msgs, kafka.Message{

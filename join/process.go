@@ -15,7 +15,7 @@ import (
 // its partition reader; acked is the next offset whose alert has not been
 // acknowledged, read by the committer.
 type processTask struct {
-	w *Worker
+	w *Processor
 	p int
 	// st is the task's own state when this member holds it too; then the
 	// task reads both partitions merged (runMerged).
@@ -26,7 +26,7 @@ type processTask struct {
 	ackedTs atomic.Int64
 }
 
-func newProcessTask(w *Worker, p int, st *stateTask) *processTask {
+func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
 	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{})}
 	t.acked.Store(-1)
 	t.ackedTs.Store(-1)
@@ -209,7 +209,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 const remoteConcurrency = 32
 
 // waitActive waits until the membership is active, or ctx is done.
-func (w *Worker) waitActive(ctx context.Context) error {
+func (w *Processor) waitActive(ctx context.Context) error {
 	if w.member == nil || w.member.Active() {
 		return nil
 	}

@@ -24,7 +24,7 @@ var errTaskStopped = errors.New("task stopped on this member")
 // it, applying each fetched batch of ticks with its offset in one Pebble
 // batch.
 type stateTask struct {
-	w *Worker
+	w *Processor
 	p int
 
 	restored chan struct{} // closed when the restore is complete
@@ -61,7 +61,7 @@ type stateTask struct {
 	changed  chan struct{}
 }
 
-func newStateTask(w *Worker, p int, store *statestore.Store, merged bool) *stateTask {
+func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *stateTask {
 	s := &stateTask{
 		w:        w,
 		p:        p,
@@ -159,7 +159,7 @@ func (s *stateTask) prune(log *slog.Logger) {
 
 // pruneInterval is how often a task prunes its history: a sixtieth of the
 // retention, between 1s and 1m.
-func (w *Worker) pruneInterval() time.Duration {
+func (w *Processor) pruneInterval() time.Duration {
 	return min(max(w.cfg.HistoryRetention/60, time.Second), time.Minute)
 }
 

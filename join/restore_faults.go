@@ -25,7 +25,7 @@ import (
 // backoff) before the store is moved aside and rebuilt.
 var storeOpenAttempts = 3
 
-// storeFaults is the Worker's record of tasks whose store failed.
+// storeFaults is the Processor's record of tasks whose store failed.
 type storeFaults struct {
 	mu      sync.Mutex
 	pending map[int]error       // failed in Assigned, retry not started yet
@@ -43,7 +43,7 @@ type storeRetry struct {
 
 // storeFaultLocked records that task p's store failed to open during
 // Assigned (w.mu is held, read-locked); retryStores starts its retry.
-func (w *Worker) storeFaultLocked(p int, err error) {
+func (w *Processor) storeFaultLocked(p int, err error) {
 	f := &w.faults
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -58,7 +58,7 @@ func (w *Worker) storeFaultLocked(p int, err error) {
 // stopStoreRetries stops every retry in flight and forgets failed tasks:
 // the new assignment opens each of its tasks again. Called first thing in
 // Assigned, before w.mu is taken.
-func (w *Worker) stopStoreRetries() {
+func (w *Processor) stopStoreRetries() {
 	f := &w.faults
 	f.mu.Lock()
 	retries := f.retries
@@ -72,7 +72,7 @@ func (w *Worker) stopStoreRetries() {
 
 // retryStores starts the retries of the stores that failed in Assigned.
 // Called at the end of Assigned, without w.mu.
-func (w *Worker) retryStores() {
+func (w *Processor) retryStores() {
 	f := &w.faults
 	w.mu.RLock()
 	f.mu.Lock()
@@ -99,7 +99,7 @@ func (w *Worker) retryStores() {
 	}
 }
 
-func (w *Worker) retryStore(ctx context.Context, r *storeRetry, err error) {
+func (w *Processor) retryStore(ctx context.Context, r *storeRetry, err error) {
 	defer close(r.stopped)
 	p := r.p
 	for attempt := range storeOpenAttempts {
@@ -124,7 +124,7 @@ func (w *Worker) retryStore(ctx context.Context, r *storeRetry, err error) {
 	w.failTask(p, fmt.Errorf("open: %w; rebuild: %w", err, rerr))
 }
 
-func (w *Worker) setRetryErr(p int, err error) {
+func (w *Processor) setRetryErr(p int, err error) {
 	w.faults.mu.Lock()
 	if w.faults.errs != nil {
 		w.faults.errs[p] = err
@@ -134,7 +134,7 @@ func (w *Worker) setRetryErr(p int, err error) {
 
 // adoptStore starts the tasks of p on store, if p is still assigned here
 // and has no state task yet; otherwise it closes store.
-func (w *Worker) adoptStore(ctx context.Context, p int, store *statestore.Store) {
+func (w *Processor) adoptStore(ctx context.Context, p int, store *statestore.Store) {
 	w.mu.Lock()
 	inState := slices.Contains(w.assignment.Topics[w.cfg.Topics.Market], p)
 	inProc := slices.Contains(w.assignment.Topics[w.cfg.Topics.Notifications], p)
@@ -169,7 +169,7 @@ func (w *Worker) adoptStore(ctx context.Context, p int, store *statestore.Store)
 }
 
 // failTask gives up on p on this member.
-func (w *Worker) failTask(p int, err error) {
+func (w *Processor) failTask(p int, err error) {
 	f := &w.faults
 	f.mu.Lock()
 	if f.failed == nil {
@@ -190,7 +190,7 @@ func (w *Worker) failTask(p int, err error) {
 	}
 }
 
-func (w *Worker) updateFailedGauge() {
+func (w *Processor) updateFailedGauge() {
 	w.faults.mu.Lock()
 	n := len(w.faults.failed)
 	w.faults.mu.Unlock()
@@ -199,7 +199,7 @@ func (w *Worker) updateFailedGauge() {
 
 // storeFaultReason is the /readyz reason for failed and retrying stores,
 // or "".
-func (w *Worker) storeFaultReason() string {
+func (w *Processor) storeFaultReason() string {
 	f := &w.faults
 	f.mu.Lock()
 	defer f.mu.Unlock()

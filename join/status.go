@@ -11,7 +11,7 @@ import (
 
 // Registry returns the registry the metrics went to when
 // Config.Registerer was nil, else nil.
-func (w *Worker) Registry() *prometheus.Registry { return w.reg }
+func (w *Processor) Registry() *prometheus.Registry { return w.reg }
 
 // counterValue reads a counter of the worker's own Metrics.
 func counterValue(c prometheus.Counter) int64 {
@@ -24,7 +24,7 @@ func counterValue(c prometheus.Counter) int64 {
 
 // Ready reports whether the worker has an assignment and every state task
 // it holds has been restored: the /readyz condition.
-func (w *Worker) Ready() (bool, string) {
+func (w *Processor) Ready() (bool, string) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if !w.assigned {
@@ -68,7 +68,7 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the worker's assignment and join counts.
-func (w *Worker) Stats() Stats {
+func (w *Processor) Stats() Stats {
 	w.mu.RLock()
 	a := w.assignment
 	w.mu.RUnlock()
@@ -87,7 +87,7 @@ func (w *Worker) Stats() Stats {
 	}
 }
 
-// AssignmentView is the answer of GET /v1/assignment (Worker.View).
+// AssignmentView is the answer of GET /v1/assignment (Processor.View).
 type AssignmentView struct {
 	Instance   string `json:"instance"`
 	Generation int32  `json:"generation"`
@@ -107,7 +107,7 @@ type AssignmentView struct {
 
 // View returns this member's assignment and join counts (GET
 // /v1/assignment).
-func (w *Worker) View() AssignmentView {
+func (w *Processor) View() AssignmentView {
 	w.mu.RLock()
 	a := w.assignment
 	w.mu.RUnlock()

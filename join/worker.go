@@ -1,4 +1,4 @@
-// Package join is the task processor of joiner. A Worker receives its
+// Package join is the task processor of joiner. A Processor receives its
 // assignment from the group membership loop and runs, for each task p it is
 // given, a state task (restore and tail market-p into the task's Pebble
 // store) and a process task (read notifications-p, hold each batch until
@@ -19,7 +19,7 @@
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
-//	worker.go    the Worker: configuration, assignment diff, rebalance, stats
+//	worker.go    the Processor: configuration, assignment diff, rebalance, stats
 //
 // Record formats live in package record, the HTTP API in package httpapi.
 package join
@@ -43,7 +43,7 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// Config configures a Worker. Zero values take the defaults shown.
+// Config configures a Processor. Zero values take the defaults shown.
 type Config struct {
 	// Client reads the input topics (a *kafka.Client). Required.
 	Client Fetcher
@@ -92,7 +92,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Membership is what a Worker needs of the group: *group.Member.
+// Membership is what a Processor needs of the group: *group.Member.
 type Membership interface {
 	Run(ctx context.Context) error
 	Commit(ctx context.Context, offsets map[string]map[int]int64) error
@@ -104,8 +104,8 @@ type Membership interface {
 	Active() bool
 }
 
-// Worker is one member's task processor. It implements group.Handler.
-type Worker struct {
+// Processor is one member's task processor. It implements group.Handler.
+type Processor struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
@@ -188,13 +188,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// NewWorker validates cfg and builds a Worker.
-func NewWorker(cfg Config) (*Worker, error) {
+// NewWorker validates cfg and builds a Processor.
+func NewProcessor(cfg Config) (*Processor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	w := &Worker{
+	w := &Processor{
 		cfg:     cfg,
 		log:     cfg.Logger.With("instance", cfg.InstanceID),
 		states:  map[int]*stateTask{},
@@ -216,7 +216,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 // Run runs the worker as a member of the group until ctx is done, then
 // stops every task and returns. It owns the membership loop, the committer
 // and every task goroutine, and waits for all of them.
-func (w *Worker) Run(ctx context.Context, m Membership) error {
+func (w *Processor) Run(ctx context.Context, m Membership) error {
 	defer w.forgetOffsetResets()
 	w.member = m
 	w.done = ctx.Done()
@@ -246,7 +246,7 @@ func (w *Worker) Run(ctx context.Context, m Membership) error {
 
 // Assigned implements group.Handler: start new tasks, stop gone ones, keep
 // the others running untouched.
-func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
+func (w *Processor) Assigned(_ context.Context, a group.Assignment) {
 	w.stopStoreRetries()
 	w.metrics.Rebalances.Inc()
 	if a.Leader {
@@ -364,7 +364,7 @@ func (w *Worker) Assigned(_ context.Context, a group.Assignment) {
 // Rebalancing implements group.Handler: commit what has been processed
 // while this generation still can. When the worker is shutting down, the
 // tasks are stopped first so the commit is final.
-func (w *Worker) Rebalancing(ctx context.Context) {
+func (w *Processor) Rebalancing(ctx context.Context) {
 	// Pause notifications until the next assignment (or the end), so that
 	// the commit covers all that was processed and a moved task's next
 	// owner does not process it again. Bounded: a batch stuck on an
@@ -389,7 +389,7 @@ func (w *Worker) Rebalancing(ctx context.Context) {
 // is committed, and the stores are closed but kept on disk (they are
 // versioned, so a task assigned here again restores only what it lacks and
 // resumes from the group's committed offsets).
-func (w *Worker) Lost(_ context.Context, err error) {
+func (w *Processor) Lost(_ context.Context, err error) {
 	w.mu.Lock()
 	n := len(w.procs)
 	w.mu.Unlock()
@@ -412,7 +412,7 @@ func (w *Worker) Lost(_ context.Context, err error) {
 	// stopped task left it; the next Assigned reopens it in any case.
 }
 
-func (w *Worker) shuttingDown() bool {
+func (w *Processor) shuttingDown() bool {
 	select {
 	case <-w.done:
 		return true
@@ -424,11 +424,11 @@ func (w *Worker) shuttingDown() bool {
 // pauseTimeout bounds how long a rebalance waits for batches in flight.
 const pauseTimeout = 5 * time.Second
 
-func (w *Worker) openStore(p int) (*statestore.Store, error) {
+func (w *Processor) openStore(p int) (*statestore.Store, error) {
 	return w.cfg.Stores.OpenTask(p) // rebuilds are counted by the Manager (faults.go)
 }
 
-func (w *Worker) startTask(key any, run func(context.Context)) {
+func (w *Processor) startTask(key any, run func(context.Context)) {
 	ctx, cancel := context.WithCancel(w.ctx)
 	w.mu.Lock()
 	w.cancels[key] = cancel
@@ -440,7 +440,7 @@ func (w *Worker) startTask(key any, run func(context.Context)) {
 	}()
 }
 
-func (w *Worker) stopTask(key any, stopped <-chan struct{}) {
+func (w *Processor) stopTask(key any, stopped <-chan struct{}) {
 	w.mu.Lock()
 	cancel := w.cancels[key]
 	delete(w.cancels, key)
@@ -452,7 +452,7 @@ func (w *Worker) stopTask(key any, stopped <-chan struct{}) {
 }
 
 // stopAll stops every task, waits for them and closes the stores.
-func (w *Worker) stopAll() {
+func (w *Processor) stopAll() {
 	w.mu.Lock()
 	for _, c := range w.cancels {
 		c()
@@ -482,24 +482,24 @@ func taskIDs[T interface{ id() int }](ts []T) []int {
 func (s *stateTask) id() int   { return s.p }
 func (t *processTask) id() int { return t.p }
 
-func (w *Worker) stateTask(p int) *stateTask {
+func (w *Processor) stateTask(p int) *stateTask {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return w.states[p]
 }
 
-func (w *Worker) partitions() int {
+func (w *Processor) partitions() int {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return max(w.assignment.Partitions, 1)
 }
 
 // countJoin counts one join in joiner_joins_total, which Stats reads.
-func (w *Worker) countJoin(r record.Result) {
+func (w *Processor) countJoin(r record.Result) {
 	w.metrics.Joins.WithLabelValues(string(r)).Inc()
 }
 
-func (w *Worker) updateTaskGauges() {
+func (w *Processor) updateTaskGauges() {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	restoring := 0

@@ -125,7 +125,7 @@ type Node struct {
 	client   *kafka.Client
 	writer   *kafka.Writer
 	stores   *statestore.Manager
-	worker   *join.Worker
+	worker   *join.Processor
 	member   *group.Member
 	listener net.Listener
 	addr     string
@@ -214,7 +214,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.peer, err = newPeerAuth(cfg, n.reg); err != nil {
 		return nil, err
 	}
-	n.worker, err = join.NewWorker(join.Config{
+	n.worker, err = join.NewProcessor(join.Config{
 		Client:           n.client,
 		Writer:           n.writer,
 		Stores:           n.stores,
@@ -277,8 +277,8 @@ func advertise(a *net.TCPAddr) string {
 // Addr is the advertised host:port of the HTTP listener.
 func (n *Node) Addr() string { return n.addr }
 
-// Worker is the node's join worker.
-func (n *Node) Worker() *join.Worker { return n.worker }
+// Processor is the node's join worker.
+func (n *Node) Processor() *join.Processor { return n.worker }
 
 // InstanceID is the node's member identity.
 func (n *Node) InstanceID() string { return n.cfg.InstanceID }

@@ -62,7 +62,7 @@ func (f *Fleet) Start(ctx context.Context, instance string) (*Running, error) {
 	f.mu.Lock()
 	var winding []*Running
 	for _, r := range f.crashed {
-		if r.Node.Worker().Stats().Instance == instance {
+		if r.Node.Processor().Stats().Instance == instance {
 			winding = append(winding, r)
 		}
 	}
@@ -108,7 +108,7 @@ func (f *Fleet) Stop(instance string) error {
 	r.cancel()
 	err := <-r.done
 	f.mu.Lock()
-	f.gone = append(f.gone, r.Node.Worker().Stats())
+	f.gone = append(f.gone, r.Node.Processor().Stats())
 	f.mu.Unlock()
 	return err
 }
@@ -169,7 +169,7 @@ func (f *Fleet) Totals() join.Stats {
 		t.MovedTotal += s.MovedTotal
 	}
 	for _, n := range f.Workers() {
-		add(n.Worker().Stats())
+		add(n.Processor().Stats())
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -177,7 +177,7 @@ func (f *Fleet) Totals() join.Stats {
 		add(s)
 	}
 	for _, r := range f.crashed {
-		add(r.Node.Worker().Stats())
+		add(r.Node.Processor().Stats())
 	}
 	return t
 }
@@ -187,7 +187,7 @@ func (f *Fleet) Totals() join.Stats {
 func (f *Fleet) Owners() map[int]string {
 	out := map[int]string{}
 	for name, n := range f.Workers() {
-		for _, p := range n.Worker().Stats().Tasks {
+		for _, p := range n.Processor().Stats().Tasks {
 			out[p] = name
 		}
 	}
@@ -202,7 +202,7 @@ func (f *Fleet) Crashed() map[string]join.Stats {
 	defer f.mu.Unlock()
 	out := map[string]join.Stats{}
 	for _, r := range f.crashed {
-		s := r.Node.Worker().Stats()
+		s := r.Node.Processor().Stats()
 		if _, running := f.running[s.Instance]; !running {
 			out[s.Instance] = s
 		}
@@ -229,7 +229,7 @@ func (f *Fleet) StopAll() error {
 	for _, r := range crashed {
 		<-r.done // its error is expected: it was cut off
 		f.mu.Lock()
-		f.gone = append(f.gone, r.Node.Worker().Stats())
+		f.gone = append(f.gone, r.Node.Processor().Stats())
 		f.mu.Unlock()
 	}
 	return errors.Join(errs...)
