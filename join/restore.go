@@ -204,19 +204,9 @@ func (s *stateTask) run(ctx context.Context) {
 		r.next = first
 	}
 	log.Info("restore started", "from_offset", r.next, "end_offset", end)
-	var restoredRecords int64
-	lastLog := time.Now()
-	for r.next < end {
-		n, ok := s.step(ctx, r, dlqFrom, log)
-		if !ok {
-			return
-		}
-		restoredRecords += int64(n)
-		w.metrics.RestoreRecords.Add(float64(n))
-		if time.Since(lastLog) >= time.Second {
-			log.Info("restoring", "offset", r.next, "end_offset", end, "records", restoredRecords)
-			lastLog = time.Now()
-		}
+	restoredRecords, ok := s.restore(ctx, r, end, dlqFrom, log)
+	if !ok {
+		return
 	}
 	secs := time.Since(began).Seconds()
 	w.metrics.RestoreSeconds.Observe(secs)
@@ -250,6 +240,50 @@ func (s *stateTask) run(ctx context.Context) {
 		default:
 		}
 	}
+}
+
+// restore reads r up to end and applies what it reads, the next fetch
+// running while a batch is applied. It leaves r at the offset after the
+// last record applied, and returns the number of records read and false
+// when ctx is done or the store closed.
+func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
+	w := s.w
+	if r.next >= end {
+		return 0, true
+	}
+	fctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	ch := w.prefetch(fctx, &wg, r, log)
+	next := r.next
+	defer func() {
+		// The reader may have fetched past what was applied: go on from
+		// what was.
+		stop()
+		wg.Wait()
+		r.next = next
+	}()
+	var n int64
+	lastLog := time.Now()
+	for next < end {
+		var f fetched
+		select {
+		case f = <-ch:
+		case <-ctx.Done():
+			return n, false
+		}
+		if err := s.applyRetrying(ctx, f.recs, dlqFrom); err != nil {
+			return n, false
+		}
+		next = f.next
+		s.advance(next, nil)
+		n += int64(len(f.recs))
+		w.metrics.RestoreRecords.Add(float64(len(f.recs)))
+		if time.Since(lastLog) >= time.Second {
+			log.Info("restoring", "offset", next, "end_offset", end, "records", n)
+			lastLog = time.Now()
+		}
+	}
+	return n, true
 }
 
 // step fetches once and applies what it got. It returns the number of
