@@ -251,10 +251,10 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	if r.next >= end {
 		return 0, true
 	}
+	next := r.next // r belongs to the prefetcher from here until it stops
 	fctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	ch := w.prefetch(fctx, &wg, r, log)
-	next := r.next
 	defer func() {
 		// The reader may have fetched past what was applied: go on from
 		// what was.
