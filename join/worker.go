@@ -408,8 +408,6 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.commitMu.Unlock()
 	w.metrics.TaskLag.Reset()
 	w.updateTaskGauges()
-	// The gate may be closed by nothing here, but an in-flight batch of a
-	// stopped task left it; the next Assigned reopens it in any case.
 }
 
 func (w *Processor) shuttingDown() bool {

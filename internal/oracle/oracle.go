@@ -14,14 +14,13 @@
 // some never get one.
 //
 // It is test support for the embedded-broker tests and the real-broker
-// suite; the package imports nothing of joiner but the alert format and
-// the partitioner.
+// suite; it imports the record format, the partitioner and demo's topic
+// reader.
 package oracle
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -30,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
@@ -388,58 +388,25 @@ func alertString(a record.Alert) string {
 }
 
 // AlertReader reads a topic from its start, every partition, accumulating
-// the record values.
+// the record values (demo's TopicReader does the reading).
 type AlertReader struct {
-	client *kafka.Client
-	topic  string
-	next   []int64
+	r      *demo.TopicReader
 	values [][]byte
 }
 
 // NewAlertReader reads topic, which has partitions partitions, with client.
 func NewAlertReader(client *kafka.Client, topic string, partitions int) *AlertReader {
-	return &AlertReader{client: client, topic: topic, next: make([]int64, partitions)}
+	return &AlertReader{r: demo.NewTopicReader(client, topic, partitions)}
 }
 
 // Poll reads what is new in every partition, without waiting for more.
 func (r *AlertReader) Poll(ctx context.Context) error {
-	for p := range r.next {
-		for {
-			res, err := r.client.Fetch(ctx, &kafka.FetchRequest{
-				Topic: r.topic, Partition: p, Offset: r.next[p], MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 10 * time.Millisecond,
-			})
-			if err != nil {
-				return fmt.Errorf("oracle: fetch %s-%d: %w", r.topic, p, err)
-			}
-			if res.Error != nil {
-				if errors.Is(res.Error, kafka.OffsetOutOfRange) {
-					break
-				}
-				return fmt.Errorf("oracle: fetch %s-%d: %w", r.topic, p, res.Error)
-			}
-			got := 0
-			for {
-				rec, err := res.Records.ReadRecord()
-				if err != nil {
-					break
-				}
-				if rec.Offset < r.next[p] {
-					continue
-				}
-				v, err := kafka.ReadAll(rec.Value)
-				if err != nil {
-					return fmt.Errorf("oracle: read %s-%d@%d: %w", r.topic, p, rec.Offset, err)
-				}
-				r.values = append(r.values, v)
-				r.next[p] = rec.Offset + 1
-				got++
-			}
-			if got == 0 || r.next[p] >= res.HighWatermark {
-				break
-			}
+	for {
+		n, err := r.r.Poll(ctx, func(_ kafka.Record, v []byte) { r.values = append(r.values, v) })
+		if err != nil || n == 0 {
+			return err
 		}
 	}
-	return nil
 }
 
 // Values returns the values read so far.
