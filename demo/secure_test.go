@@ -1,7 +1,6 @@
 package demo_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,24 +23,6 @@ import (
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
 )
-
-// syncBuffer is a log sink shared by the workers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSecureFleet runs workers over TLS + SASL SCRAM to the broker, with a
 // peer token and HTTPS between them. The roundrobin assignor makes every
@@ -59,7 +39,7 @@ func TestSecureFleet(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	sec := kafkasec.Config{CAFile: sb.CA.File, SASLMechanism: sb.Mechanism, SASLUsername: sb.User, SASLPasswordFile: sb.PasswordFile}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

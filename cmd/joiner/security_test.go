@@ -6,10 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
 )
@@ -124,7 +124,7 @@ func TestDemoOverSASLSSL(t *testing.T) {
 	b := kafkasectest.Start(t)
 	t.Setenv(kafkasec.PasswordEnv, b.Password)
 	// --verbose: the workers log to stderr from their goroutines.
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testkit.LogBuffer
 	args := []string{"demo", "--brokers", b.Addr, "--tls-ca-file", b.CA.File, "--sasl-mechanism", b.Mechanism,
 		"--sasl-username", b.User, "--json", "--verbose", "--timeout", "60s"}
 	if code := dispatch(args, nil, &stdout, &stderr); code != 0 {
@@ -147,22 +147,4 @@ func TestDemoOverSASLSSL(t *testing.T) {
 	if !strings.Contains(stderr.String(), "SCRAM-SHA-512 as joiner") {
 		t.Errorf("--verbose does not log the connection security:\n%s", stderr.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
