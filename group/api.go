@@ -82,6 +82,31 @@ type Config struct {
 	// assignment.
 	Owned func() []int
 
+	// Standbys, AcceptableRecoveryLag and MaxWarmupReplicas are the
+	// planning leader's high-availability rules, as in copartition.Options
+	// (used by the copartition assignor; the others ignore them): every
+	// task gets min(Standbys, members-1) standby copies, a copy at most
+	// AcceptableRecoveryLag records behind the end of market-p is caught
+	// up, and at most MaxWarmupReplicas warm-up copies exist at once. Zero
+	// values turn each off (the CLI's defaults are
+	// copartition.DefaultAcceptableRecoveryLag and
+	// copartition.DefaultMaxWarmupReplicas).
+	Standbys              int
+	AcceptableRecoveryLag int64
+	MaxWarmupReplicas     int
+	// ProbingRebalanceInterval is how often the leader rejoins while its
+	// plan has warm-ups, to move each task whose warm-up copy caught up.
+	// Default: 10m.
+	ProbingRebalanceInterval time.Duration
+
+	// Held, when set, returns every task whose store this member holds
+	// (active, standby, or left on disk) with the next offset of the
+	// state topic's partition that the store lacks (its applied offset
+	// + 1). It is reported to the leader in each subscription, which
+	// computes each copy's lag from the partition's end offset. Optional;
+	// called from Run's goroutine before each JoinGroup.
+	Held func() map[int]int64
+
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -104,6 +129,13 @@ type Assignment struct {
 	// this member, ascending. With AssignorCopartition every topic has the
 	// same list: this member's tasks.
 	Topics map[string][]int
+	// Standby are the tasks (partitions of Config.Topics.Market) this
+	// member keeps a standby copy of, ascending: it tails each into the
+	// task's store, never processes its notifications and never commits
+	// its offsets. Warmup is the subset of Standby that are warm-ups: the
+	// copies of tasks the plan will move here once they are caught up.
+	Standby []int
+	Warmup  []int
 	// Owners[p] is the member assigned partition p of Config.Topics.Market (the state
 	// topic); the zero Owner when nobody is.
 	Owners []Owner
