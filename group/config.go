@@ -13,6 +13,8 @@ const (
 	DefaultRebalanceTimeout      = 30 * time.Second
 	DefaultHeartbeatInterval     = time.Second // and at most a third of the session timeout
 	DefaultMetadataCheckInterval = 10 * time.Second
+	// DefaultProbingRebalanceInterval is Config.ProbingRebalanceInterval's.
+	DefaultProbingRebalanceInterval = 10 * time.Minute
 )
 
 // Validate reports the first problem with c, naming the Config field. Zero
