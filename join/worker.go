@@ -195,8 +195,8 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	}
 	cfg = cfg.withDefaults()
 	w := &Processor{
-		cfg:     cfg,
-		log:     cfg.Logger.With("instance", cfg.InstanceID),
+		cfg:      cfg,
+		log:      cfg.Logger.With("instance", cfg.InstanceID),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},
 		procs:    map[int]*processTask{},
