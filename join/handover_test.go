@@ -109,6 +109,11 @@ func TestKeptTaskRunsThroughRebalance(t *testing.T) {
 	if _, procs2 := r.tasks(); procs2[0] != procs1[0] || procs2[1] != nil {
 		t.Fatalf("after revoking task 1: process tasks %v, want task 0 untouched (%p) and task 1 gone", procs2, procs1[0])
 	}
+	select {
+	case <-procs1[1].stopped:
+	default:
+		t.Error("the revoked task 1 is still running after Assigned returned")
+	}
 	if n := histogramCount(t, r.w.metrics.RebalancePause); n != 1 {
 		t.Errorf("joiner_rebalance_pause_seconds observed %d tasks, want 1 (the revoked one)", n)
 	}
