@@ -279,3 +279,36 @@ func TestStandbyTask(t *testing.T) {
 		t.Errorf("joiner_tasks{role=standby} = %v after dropping it, want 0", got)
 	}
 }
+
+// TestProcessorHeld: Held reports the active and standby stores with the
+// next offset they lack, and a store left on disk; a store dropped with
+// its task is not reported.
+func TestProcessorHeld(t *testing.T) {
+	r := newFakeRig(t)
+	ctx := context.Background()
+	s0, s1 := symbolOf(t, 0, 2), symbolOf(t, 1, 2)
+	for i := range 3 {
+		r.f.produce("market", 0, int64(1000+i), s0, tickJSON(s0, 1))
+	}
+	r.f.produce("market", 1, 1000, s1, tickJSON(s1, 2))
+	left, err := r.w.cfg.Stores.OpenTask(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := left.Apply(nil, 41); err != nil {
+		t.Fatal(err)
+	}
+	if err := left.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.w.Assigned(ctx, withStandby(assignment(1, []int{0}, []int{0}), []int{1}, nil))
+	want := map[int]int64{0: 3, 1: 1, 5: 42}
+	waitFor(t, "Held to report both copies", func() bool {
+		h := r.w.Held()
+		return len(h) == len(want) && h[0] == want[0] && h[1] == want[1] && h[5] == want[5]
+	})
+	r.w.Assigned(ctx, assignment(2, []int{0}, []int{0}))
+	if h := r.w.Held(); len(h) != 2 || h[0] != 3 || h[5] != 42 {
+		t.Errorf("Held after dropping the standby of task 1 = %v, want tasks 0 and 5 only", h)
+	}
+}

@@ -465,6 +465,26 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 		"new_state_tasks", taskIDs(newStates), "new_standby_tasks", taskIDs(newStandbys))
 }
 
+// Held returns every task whose store this member holds, active, standby
+// or left on disk, with the next market offset the store lacks (its
+// applied offset + 1): group.Config.Held, reported to the leader before
+// each JoinGroup for lag-aware placement. Open stores are read live, closed
+// ones once (statestore.Manager.Held). Tasks that failed on this member
+// are left out. Nil when the stores cannot be listed.
+func (w *Processor) Held() map[int]int64 {
+	held, err := w.cfg.Stores.Held()
+	if err != nil {
+		w.log.Warn("cannot list the task stores held here; the group leader places tasks without their lags", "err", err)
+		return nil
+	}
+	w.faults.mu.Lock()
+	for p := range w.faults.failed {
+		delete(held, p)
+	}
+	w.faults.mu.Unlock()
+	return held
+}
+
 // activeLocked returns the tasks this member runs as active (a state or a
 // process task); w.mu is held.
 func (w *Processor) activeLocked() map[int]bool {
