@@ -6,6 +6,21 @@
 // price, write the enriched alerts, and dead-letter malformed records).
 // Joins are counted as local, remote or miss.
 //
+// For each standby task it is given (Assignment.Standby, warm-ups
+// included) it runs a standby state task: it tails market-p into the
+// task's store, but never processes notifications, never dead-letters,
+// serves no lookups and is never committed. When the task becomes active
+// here the store goes on, so only the tail after the standby's offset is
+// restored (counted as a failover); when it goes back to standby, the
+// store stays and only the process task stops.
+//
+// Rebalances are cooperative: tasks keep running from Rebalancing (which
+// commits) to Assigned, which pauses only the tasks that stop here, each
+// at its own gate: their batches in flight finish (bounded) or are
+// abandoned unwritten, their final offsets are committed in the new
+// generation, and their stores are deleted or handed to the task's new
+// role. Tasks that stay never pause. Lost stops everything at once.
+//
 // Delivery is at least once: alerts are acknowledged by Kafka before the
 // offsets of the notifications that produced them are committed, and a
 // store holds its prices and the market offset they came from in one batch.
@@ -19,7 +34,9 @@
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
-//	worker.go    the Processor: configuration, assignment diff, rebalance, stats
+//	gate.go      a process task's gate, closed when the task is revoked
+//	worker.go    the Processor: configuration, assignment diff, rebalance, Held
+//	status.go    readiness, Stats and the assignment view
 //
 // Record formats live in package record, the HTTP API in package httpapi.
 package join
