@@ -455,6 +455,11 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 		newStandbys = append(newStandbys, newStandbyTask(w, p, store, warm[p]))
 	}
 	w.mu.RUnlock()
+	for p, s := range kept { // not taken by a new task (cannot happen): do not leak it open
+		if err := s.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {
+			w.log.Warn("closing task store", "task", p, "err", err)
+		}
+	}
 	w.mu.Lock()
 	w.assigned = true
 	w.assignment = a
