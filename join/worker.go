@@ -102,6 +102,16 @@ type Config struct {
 	// offset starts: StartEarliest (the default) or StartLatest.
 	StartOffset string
 
+	// CooperativeRebalancing says that the group's rebalances are
+	// cooperative (see group.Handler): a task that moves is revoked from
+	// its old owner in one generation and given to its new owner only in
+	// a later one, so two members never run it at once. Then Rebalancing
+	// only commits, and a rebalance pauses only the tasks that stop here.
+	// When false (an eager group, which may hand a task straight to its
+	// next owner), Rebalancing pauses every task until the next Assigned,
+	// which resumes the ones that stay.
+	CooperativeRebalancing bool
+
 	// Registerer receives the worker's metrics. Default: a new registry,
 	// returned by Registry.
 	Registerer prometheus.Registerer
@@ -132,6 +142,11 @@ type Processor struct {
 	member Membership
 
 	faults storeFaults // tasks whose store failed (restore_faults.go)
+
+	// pausedAt is when Rebalancing paused every task (an eager group, see
+	// Config.CooperativeRebalancing); zero when it did not. Owned by the
+	// membership goroutine (Rebalancing, Assigned, Lost).
+	pausedAt time.Time
 
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
@@ -271,7 +286,10 @@ func (w *Processor) Run(ctx context.Context, m Membership) error {
 // returns; then its store is closed and deleted, or handed over when the
 // task stays here in another role (a standby, or an active task from a
 // standby). Each such task observes joiner_rebalance_pause_seconds once.
-// The tasks that stay never pause.
+// With cooperative rebalances the tasks that stay never pause. With an
+// eager group (Config.CooperativeRebalancing false) Rebalancing paused
+// every task: Assigned resumes the ones that stay, and each observes its
+// pause too.
 func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	w.stopStoreRetries()
 	w.metrics.Rebalances.Inc()
@@ -347,6 +365,9 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	// Pause the active tasks that stop, commit them, then dispose of their
 	// stores: kept for a role they take here, else closed and deleted.
 	began := time.Now()
+	if !w.pausedAt.IsZero() {
+		began = w.pausedAt // paused by Rebalancing (an eager group)
+	}
 	w.pause(ctx, stopProcs)
 	for _, t := range stopProcs {
 		w.stopTask(t, t.stopped)
@@ -480,6 +501,18 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	for _, pt := range newProcs {
 		w.startTask(pt, pt.run)
 	}
+	if !w.pausedAt.IsZero() {
+		// An eager rebalance paused every task: resume the ones that stay.
+		w.mu.RLock()
+		for _, t := range w.procs {
+			if !slices.Contains(newProcs, t) {
+				t.gate.reopen()
+				w.metrics.RebalancePause.Observe(time.Since(w.pausedAt).Seconds())
+			}
+		}
+		w.mu.RUnlock()
+		w.pausedAt = time.Time{}
+	}
 	w.retryStores()
 	w.updateTaskGauges()
 	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
@@ -545,19 +578,26 @@ func (w *Processor) pause(ctx context.Context, ts []*processTask) {
 }
 
 // Rebalancing implements group.Handler: commit what has been processed
-// while this generation still can. The tasks keep running through the
-// rebalance (Assigned pauses only those that stop). When the worker is
-// shutting down, every task is paused and stopped first so the commit is
-// final.
+// while this generation still can. With cooperative rebalances the tasks
+// keep running through the rebalance (Assigned pauses only those that
+// stop); with an eager group every task pauses until the next Assigned, so
+// that the commit covers all that was processed and a moved task's next
+// owner does not process it again. When the worker is shutting down, every
+// task is paused and stopped first so the commit is final.
 func (w *Processor) Rebalancing(ctx context.Context) {
-	if w.shuttingDown() {
+	if w.shuttingDown() || !w.cfg.CooperativeRebalancing {
 		w.mu.RLock()
 		procs := make([]*processTask, 0, len(w.procs))
 		for _, t := range w.procs {
 			procs = append(procs, t)
 		}
 		w.mu.RUnlock()
+		if w.pausedAt.IsZero() {
+			w.pausedAt = time.Now()
+		}
 		w.pause(ctx, procs)
+	}
+	if w.shuttingDown() {
 		w.stopAll()
 	}
 	if err := w.commit(ctx); err != nil {
@@ -589,6 +629,7 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.commitMu.Lock()
 	w.committed = nil
 	w.commitMu.Unlock()
+	w.pausedAt = time.Time{}
 	w.metrics.TaskLag.Reset()
 	w.metrics.StandbyLag.Reset()
 	w.updateTaskGauges()
