@@ -14,12 +14,14 @@
 // restored (counted as a failover); when it goes back to standby, the
 // store stays and only the process task stops.
 //
-// Rebalances are cooperative: tasks keep running from Rebalancing (which
-// commits) to Assigned, which pauses only the tasks that stop here, each
-// at its own gate: their batches in flight finish (bounded) or are
-// abandoned unwritten, their final offsets are committed in the new
-// generation, and their stores are deleted or handed to the task's new
-// role. Tasks that stay never pause. Lost stops everything at once.
+// With cooperative rebalances (Config.CooperativeRebalancing) tasks keep
+// running from Rebalancing (which commits) to Assigned, which pauses only
+// the tasks that stop here, each at its own gate: their batches in flight
+// finish (bounded) or are abandoned unwritten, their final offsets are
+// committed in the new generation, and their stores are deleted or handed
+// to the task's new role. Tasks that stay never pause. With an eager group
+// every task pauses from Rebalancing to Assigned. Lost stops everything at
+// once.
 //
 // Delivery is at least once: alerts are acknowledged by Kafka before the
 // offsets of the notifications that produced them are committed, and a
