@@ -310,6 +310,9 @@ func TestProcessorHeld(t *testing.T) {
 		h := r.w.Held()
 		return len(h) == len(want) && h[0] == want[0] && h[1] == want[1] && h[5] == want[5]
 	})
+	if owned := r.w.Owned(); !slices.Equal(owned, []int{0, 5}) {
+		t.Errorf("Owned = %v with task 1 a standby here, want [0 5]", owned)
+	}
 	r.w.Assigned(ctx, assignment(2, []int{0}, []int{0}))
 	if h := r.w.Held(); len(h) != 2 || h[0] != 3 || h[5] != 42 {
 		t.Errorf("Held after dropping the standby of task 1 = %v, want tasks 0 and 5 only", h)

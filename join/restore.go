@@ -249,6 +249,11 @@ func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
 	w := s.w
 	log := w.log.With("task", s.p, "topic", w.cfg.Topics.Market)
+	// Record the store's role on disk, so that after a restart a standby
+	// copy is held (Processor.Held) but not claimed as owned (Owned).
+	if err := s.store.SetStandby(s.isStandby()); err != nil {
+		log.Warn("cannot record the role of the task store; after a restart it may be reported as owned", "role", s.roleName(), "err", err)
+	}
 	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
 	// Market records below the group's committed market offset were routed
 	// by an earlier owner; dead-letter only the ones after it. A standby

@@ -542,6 +542,20 @@ func (w *Processor) Held() map[int]int64 {
 	return held
 }
 
+// Owned returns the tasks whose store on disk this member used as their
+// active owner, ascending: group.Config.Owned, reported after a restart
+// (instead of statestore.Manager.Tasks, which also lists standby copies,
+// which are reported through Held only). Nil when the stores cannot be
+// listed.
+func (w *Processor) Owned() []int {
+	tasks, err := w.cfg.Stores.ActiveTasks()
+	if err != nil {
+		w.log.Warn("cannot list the task stores held here", "err", err)
+		return nil
+	}
+	return tasks
+}
+
 // activeLocked returns the tasks this member runs as active (a state or a
 // process task); w.mu is held.
 func (w *Processor) activeLocked() map[int]bool {

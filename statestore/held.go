@@ -169,3 +169,52 @@ func (m *Manager) dropSidecarLocked(task int, dir string) {
 		}
 	}
 }
+
+// standbyMarker is present in the dir of a store last used as a standby
+// copy (Store.SetStandby): such a store is held (Held) but its task was not
+// owned here, so ActiveTasks leaves it out.
+const standbyMarker = "JOINER-STANDBY"
+
+// SetStandby records whether the store is used as a standby copy of its
+// task (true) or by the task's active owner (false). It survives a crash:
+// after a restart, ActiveTasks reports only the tasks this member owned.
+func (s *Store) SetStandby(standby bool) error {
+	path := s.mgr.fs.PathJoin(s.dir, standbyMarker)
+	if !standby {
+		if err := s.mgr.fs.Remove(path); err != nil && !isNotExist(err) {
+			return fmt.Errorf("statestore: task %d: remove %s: %w", s.task, path, err)
+		}
+		return nil
+	}
+	if _, err := s.mgr.fs.Stat(path); err == nil {
+		return nil
+	}
+	f, err := s.mgr.fs.Create(path, "")
+	if err != nil {
+		return fmt.Errorf("statestore: task %d: create %s: %w", s.task, path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("statestore: task %d: create %s: %w", s.task, path, err)
+	}
+	return nil
+}
+
+// ActiveTasks returns the tasks with a dir in some state dir, ascending,
+// like Tasks, but without those whose store was last used as a standby
+// copy (Store.SetStandby): the tasks this member owned.
+func (m *Manager) ActiveTasks() ([]int, error) {
+	tasks, err := m.Tasks()
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.DeleteFunc(tasks, func(p int) bool {
+		dir, ok := m.findDirLocked(p)
+		if !ok {
+			return true
+		}
+		_, err := m.fs.Stat(m.fs.PathJoin(dir, standbyMarker))
+		return err == nil
+	}), nil
+}

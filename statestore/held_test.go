@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 
@@ -129,4 +130,45 @@ func TestHeldConcurrentWithOpenClose(t *testing.T) {
 	close(done)
 	wg.Wait()
 	mustHeld(t, m, map[int]int64{0: 21, 1: 21, 2: 21})
+}
+
+// TestActiveTasks: a store marked as a standby copy is left out of
+// ActiveTasks (but not of Tasks or Held), across a restart, until it is
+// marked active again.
+func TestActiveTasks(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := Options{Dirs: []string{"/state"}, FS: fs}
+	m := openManager(t, opts)
+	for p := range 3 {
+		s := openTask(t, m, p)
+		if err := s.SetStandby(p == 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetStandby(p == 1); err != nil { // idempotent
+			t.Fatal(err)
+		}
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m2 := openManager(t, opts)
+	active, err := m2.ActiveTasks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := m2.Tasks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(active, []int{0, 2}) || !slices.Equal(all, []int{0, 1, 2}) {
+		t.Fatalf("ActiveTasks %v, Tasks %v; want [0 2] and [0 1 2]", active, all)
+	}
+	mustHeld(t, m2, map[int]int64{0: 0, 1: 0, 2: 0})
+	s1 := openTask(t, m2, 1)
+	if err := s1.SetStandby(false); err != nil {
+		t.Fatal(err)
+	}
+	if active, _ := m2.ActiveTasks(); !slices.Equal(active, []int{0, 1, 2}) {
+		t.Fatalf("ActiveTasks %v after task 1 became active, want [0 1 2]", active)
+	}
 }
