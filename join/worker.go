@@ -37,7 +37,7 @@
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
 //	gate.go      a process task's gate, closed when the task is revoked
-//	worker.go    the Processor: configuration, assignment diff, rebalance, Held
+//	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
 //	status.go    readiness, Stats and the assignment view
 //
 // Record formats live in package record, the HTTP API in package httpapi.
