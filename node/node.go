@@ -255,24 +255,14 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		MaxWarmupReplicas:        cfg.MaxWarmupReplicas,
 		ProbingRebalanceInterval: cfg.ProbingRebalanceInterval,
 		Handler:                  n.worker,
-		Owned:                    n.heldTasks,
+		Owned:                    n.worker.Owned,
+		Held:                     n.worker.Held,
 		Logger:                   cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return n, nil
-}
-
-// heldTasks reports the tasks with a store on disk, so that after a
-// restart the planner can give them back to this member.
-func (n *Node) heldTasks() []int {
-	tasks, err := n.stores.Tasks()
-	if err != nil {
-		n.log.Warn("listing task stores", "err", err)
-		return nil
-	}
-	return tasks
 }
 
 func advertise(a *net.TCPAddr) string {
