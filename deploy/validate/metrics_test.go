@@ -45,6 +45,12 @@ var exported = map[string]string{
 	"joiner_group_unpaired_partitions": "gauge",
 	"joiner_store_corrupt_dirs":        "gauge",
 	"joiner_offset_resets_total":       "counter",
+
+	// Rebalances and standbys (issue 9).
+	"joiner_rebalance_pause_seconds":        "histogram",
+	"joiner_rebalance_tasks_revoked_total":  "counter",
+	"joiner_rebalance_tasks_assigned_total": "counter",
+	"joiner_standby_lag_records":            "gauge",
 }
 
 var (
@@ -224,6 +230,12 @@ func scrape(ctx context.Context, url string) (map[string]string, error) {
 	return families, sc.Err()
 }
 
+// conditional are exported families that have no series, so no TYPE line,
+// on a worker without the feature they describe.
+var conditional = map[string]string{
+	"joiner_standby_lag_records": "a worker without standby tasks (--standby-replicas 0)",
+}
+
 // missingFrom lists the exported families absent from a scrape or of the
 // wrong type.
 func missingFrom(families map[string]string) []string {
@@ -231,6 +243,7 @@ func missingFrom(families map[string]string) []string {
 	for name, typ := range exported {
 		got, ok := families[name]
 		switch {
+		case !ok && conditional[name] != "":
 		case !ok:
 			missing = append(missing, name)
 		case got != typ:
