@@ -60,9 +60,17 @@ type recorder struct {
 	onRebalancing func(ctx context.Context)
 	// onLost, when set, runs inside Lost.
 	onLost func(ctx context.Context, err error)
+	// onAssigned, when set, runs inside Assigned.
+	onAssigned func(ctx context.Context, a Assignment)
 }
 
-func (r *recorder) Assigned(_ context.Context, a Assignment) {
+func (r *recorder) Assigned(ctx context.Context, a Assignment) {
+	r.mu.Lock()
+	fn := r.onAssigned
+	r.mu.Unlock()
+	if fn != nil {
+		fn(ctx, a)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.assigned = append(r.assigned, a)

@@ -1,0 +1,233 @@
+package group
+
+import (
+	"context"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/copartition"
+)
+
+// assignmentsOf returns a copy of every assignment a member received.
+func assignmentsOf(m *testMember) []Assignment {
+	m.rec.mu.Lock()
+	defer m.rec.mu.Unlock()
+	return slices.Clone(m.rec.assigned)
+}
+
+// checkCooperative checks the cooperative handover over every assignment
+// the members received since from[id] (an index into their assignments):
+// no task is in two members' assignments of one generation; a task that a
+// member had at the start and still has at the end is in every one of its
+// assignments; a task that moved from Y to X reaches X only in a
+// generation after the one in which Y's assignment first lacked it. It
+// returns the moved tasks.
+func checkCooperative(t *testing.T, ms []*testMember, from map[string]int, before, after map[string][]int) map[int][2]string {
+	t.Helper()
+	byGen := map[int32]map[int]string{}
+	firstLacks := map[string]map[int]int32{} // member -> task -> first generation lacking it
+	firstHas := map[string]map[int]int32{}
+	for _, m := range ms {
+		firstLacks[m.id], firstHas[m.id] = map[int]int32{}, map[int]int32{}
+		for _, a := range assignmentsOf(m)[from[m.id]:] {
+			if byGen[a.Generation] == nil {
+				byGen[a.Generation] = map[int]string{}
+			}
+			tasks := a.Topics["market"]
+			if !slices.Equal(tasks, a.Topics["notifications"]) {
+				t.Errorf("%s generation %d: market %v, notifications %v", m.id, a.Generation, tasks, a.Topics["notifications"])
+			}
+			for _, p := range tasks {
+				if o, dup := byGen[a.Generation][p]; dup {
+					t.Errorf("generation %d: task %d assigned to %s and %s", a.Generation, p, o, m.id)
+				}
+				byGen[a.Generation][p] = m.id
+				if _, ok := firstHas[m.id][p]; !ok {
+					firstHas[m.id][p] = a.Generation
+				}
+			}
+			for p := range testPartitions {
+				if _, ok := firstLacks[m.id][p]; !ok && !slices.Contains(tasks, p) {
+					firstLacks[m.id][p] = a.Generation
+				}
+			}
+			for _, p := range before[m.id] {
+				if slices.Contains(after[m.id], p) && !slices.Contains(tasks, p) {
+					t.Errorf("%s generation %d: task %d, kept from %v to %v, is missing (paused)", m.id, a.Generation, p, before[m.id], after[m.id])
+				}
+			}
+		}
+	}
+	moved := map[int][2]string{}
+	for y, ts := range before {
+		for _, p := range ts {
+			for x, final := range after {
+				if x == y || !slices.Contains(final, p) {
+					continue
+				}
+				moved[p] = [2]string{y, x}
+				gy, gx := firstLacks[y][p], firstHas[x][p]
+				if gx <= gy {
+					t.Errorf("task %d moved from %s to %s: %s got it in generation %d, %s gave it up in generation %d", p, y, x, x, gx, y, gy)
+				}
+			}
+		}
+	}
+	return moved
+}
+
+// TestCooperativeScaleOut: 3 members and a 4th joins. Tasks that stay keep
+// running (in every assignment); each moved task is revoked from its old
+// owner first and reaches its new owner in the follow-up generation; the
+// group converges to the plan copartition makes in one step.
+func TestCooperativeScaleOut(t *testing.T) {
+	addrs := newCluster(t)
+	var ms []*testMember
+	for _, id := range []string{"pod-a", "pod-b", "pod-c"} {
+		ms = append(ms, startMember(t, addrs, id, nil))
+	}
+	before, _ := stableTasks(t, ms...)
+	// Quiet: no generation starts after this one until pod-d joins.
+	time.Sleep(300 * time.Millisecond)
+	before, as := stableTasks(t, ms...)
+	gen := as[0].Generation
+	from := map[string]int{}
+	for _, m := range ms {
+		from[m.id] = len(assignmentsOf(m))
+	}
+	ms = append(ms, startMember(t, addrs, "pod-d", nil))
+	from["pod-d"] = 0
+	after, as := stableTasks(t, ms...)
+	want, err := copartition.Assign(testPartitions, []string{"pod-a", "pod-b", "pod-c", "pod-d"}, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(after, want.Assignment) {
+		t.Errorf("converged to %v, copartition plans %v from %v", after, want.Assignment, before)
+	}
+	moved := checkCooperative(t, ms, from, before, after)
+	if len(moved) != want.Moved || len(moved) == 0 {
+		t.Errorf("moved %v, copartition moves %d", moved, want.Moved)
+	}
+	if n := as[0].Generation - gen; n < 2 {
+		t.Errorf("converged in %d generation(s), want the two phases", n)
+	}
+	// pod-d's first assignment is empty: its task was withheld.
+	if first := assignmentsOf(ms[3])[0]; len(first.Topics["market"]) != 0 {
+		t.Errorf("pod-d's first assignment %v: the moved task was not withheld", first.Topics)
+	}
+	t.Logf("%v -> %v in generations %d..%d; moved %v", before, after, gen, as[0].Generation, moved)
+}
+
+// A member whose task was revoked stops it inside Assigned and commits with
+// the new generation (valid by then).
+func TestRevokedTaskCommitsInAssigned(t *testing.T) {
+	addrs := newCluster(t)
+	a := startMember(t, addrs, "pod-a", nil)
+	stableTasks(t, a)
+	var commitErr error
+	var revokedSeen []int
+	done := make(chan struct{})
+	a.rec.mu.Lock()
+	a.rec.onAssigned = func(ctx context.Context, as Assignment) {
+		if len(as.Topics["market"]) == testPartitions || revokedSeen != nil {
+			return
+		}
+		for p := range testPartitions {
+			if !slices.Contains(as.Topics["market"], p) {
+				revokedSeen = append(revokedSeen, p)
+			}
+		}
+		commitErr = a.Commit(ctx, map[string]map[int]int64{"market": {revokedSeen[0]: 5}})
+		close(done)
+	}
+	a.rec.mu.Unlock()
+	b := startMember(t, addrs, "pod-b", nil)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("pod-a was never assigned fewer tasks")
+	}
+	if commitErr != nil {
+		t.Errorf("commit of revoked task %d inside Assigned: %v", revokedSeen[0], commitErr)
+	}
+	tasks, _ := stableTasks(t, a, b)
+	if !slices.Equal(tasks["pod-b"], revokedSeen) {
+		t.Errorf("pod-b got %v, pod-a gave up %v", tasks["pod-b"], revokedSeen)
+	}
+	got, err := b.FetchOffsets(context.Background(), "market", revokedSeen[:1])
+	if err != nil || got[revokedSeen[0]] != 5 {
+		t.Errorf("offset of the revoked task: %v, %v; want 5", got, err)
+	}
+}
+
+// The leader of a plan with warm-ups rejoins after the probing interval;
+// once the warm-up copies have caught up, the probing rebalance moves their
+// tasks.
+func TestProbingRebalance(t *testing.T) {
+	addrs := newCluster(t)
+	var mu sync.Mutex
+	held := map[string]map[int]int64{
+		// pod-a runs everything and holds every store at offset 0: with
+		// an empty topic every lag is 0.
+		"pod-a": {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0},
+	}
+	ha := func(id string) func(*Config) {
+		return func(cfg *Config) {
+			cfg.MaxWarmupReplicas = 2
+			cfg.AcceptableRecoveryLag = 10
+			cfg.ProbingRebalanceInterval = 300 * time.Millisecond
+			cfg.Held = func() map[int]int64 {
+				mu.Lock()
+				defer mu.Unlock()
+				return maps.Clone(held[id])
+			}
+		}
+	}
+	a := startMember(t, addrs, "pod-a", ha("pod-a"))
+	stableTasks(t, a)
+	// pod-b holds no copy: balance would move 3 tasks to it; with
+	// warm-ups they stay on pod-a, and 2 of them are warmed up on pod-b.
+	b := startMember(t, addrs, "pod-b", ha("pod-b"))
+	var warm []int
+	waitFor(t, 10*time.Second, "warm-ups on pod-b", func() bool {
+		cur, ok := b.Current()
+		warm = cur.Warmup
+		return ok && len(cur.Warmup) == 2 && slices.Equal(cur.Standby, cur.Warmup)
+	})
+	cur, _ := b.Current()
+	if len(cur.Topics["market"]) != 0 {
+		t.Errorf("pod-b got tasks %v before its copies caught up", cur.Topics["market"])
+	}
+	if la, _ := a.Current(); !la.Leader {
+		t.Fatalf("pod-a does not lead generation %d", la.Generation)
+	}
+	// While nothing changes, the leader probes every 300ms.
+	gen := cur.Generation
+	waitFor(t, 5*time.Second, "a probing rebalance", func() bool {
+		cur, _ := b.Current()
+		return cur.Generation >= gen+2
+	})
+	// pod-b's warm-up copies catch up: the next probe moves their tasks
+	// (through the cooperative handover), and a later one the last task.
+	mu.Lock()
+	held["pod-b"] = map[int]int64{warm[0]: 0, warm[1]: 0}
+	mu.Unlock()
+	waitFor(t, 10*time.Second, "the warmed-up tasks on pod-b", func() bool {
+		cur, _ := b.Current()
+		return len(cur.Topics["market"]) >= 2 && slices.Contains(cur.Topics["market"], warm[0]) && slices.Contains(cur.Topics["market"], warm[1])
+	})
+	mu.Lock()
+	held["pod-b"] = map[int]int64{0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0}
+	mu.Unlock()
+	tasks, _ := stableTasks(t, a, b)
+	waitFor(t, 10*time.Second, "a balanced plan", func() bool {
+		tasks, _ = stableTasks(t, a, b)
+		return len(tasks["pod-a"]) == 3 && len(tasks["pod-b"]) == 3
+	})
+	t.Logf("warm-ups %v; final %v", warm, tasks)
+}
