@@ -2,14 +2,19 @@ package group
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // assignmentsOf returns a copy of every assignment a member received.
@@ -230,4 +235,105 @@ func TestProbingRebalance(t *testing.T) {
 		return len(tasks["pod-a"]) == 3 && len(tasks["pod-b"]) == 3
 	})
 	t.Logf("warm-ups %v; final %v", warm, tasks)
+}
+
+// Tasks keep running through Rebalancing; when the rejoin finds the
+// membership gone (UNKNOWN_MEMBER_ID), Lost is called, Active turns false
+// and the member joins again as a new member.
+func TestRejoinFindsMembershipLost(t *testing.T) {
+	c := startCluster(t, 1)
+	a := startMember(t, c.ListenAddrs(), "pod-a", nil)
+	stableTasks(t, a)
+	var activeInRebalancing, activeInLost atomic.Bool
+	lost := make(chan error, 1)
+	a.rec.setOnRebalancing(func(context.Context) { activeInRebalancing.Store(a.Active()) })
+	a.rec.mu.Lock()
+	a.rec.onLost = func(_ context.Context, err error) {
+		activeInLost.Store(a.Active())
+		lost <- err
+	}
+	a.rec.mu.Unlock()
+	var injected atomic.Bool
+	c.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		jr := req.(*kmsg.JoinGroupRequest)
+		if jr.InstanceID == nil || *jr.InstanceID != "pod-a" || jr.MemberID == "" || !injected.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		resp := jr.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
+	n, _ := a.rec.counts()
+	startMember(t, c.ListenAddrs(), "pod-b", nil)
+	select {
+	case err := <-lost:
+		if !errors.Is(err, kafka.UnknownMemberId) {
+			t.Errorf("Lost(%v), want UNKNOWN_MEMBER_ID", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost was not called after the rejoin failed")
+	}
+	if !activeInRebalancing.Load() || activeInLost.Load() {
+		t.Errorf("Active in Rebalancing %v, in Lost %v; want true, false", activeInRebalancing.Load(), activeInLost.Load())
+	}
+	if _, r := a.rec.counts(); r != 1 {
+		t.Errorf("Rebalancing called %d times, want once before Lost", r)
+	}
+	waitFor(t, 10*time.Second, "a new assignment after the loss", func() bool {
+		m, _ := a.rec.counts()
+		return m > n && a.Active()
+	})
+}
+
+// The leader reads the state topic's end offsets and computes each copy's
+// lag from the held offsets; when it cannot read them it plans without
+// lags.
+func TestLeaderComputesLagsFromEndOffsets(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "end offsets", true: "ListOffsets fails"}[failing], func(t *testing.T) {
+			c := startCluster(t, 1)
+			addrs := c.ListenAddrs()
+			client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 5 * time.Second}
+			recs := make([]kafka.Record, 20)
+			for i := range recs {
+				recs[i] = kafka.Record{Value: kafka.NewBytes([]byte("tick"))}
+			}
+			for _, p := range []int{3, 4} {
+				if _, err := client.Produce(context.Background(), &kafka.ProduceRequest{Topic: "market", Partition: p,
+					RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if failing {
+				c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
+					c.KeepControl()
+					return nil, errors.New("injected: no offsets"), true
+				})
+			}
+			ha := func(held map[int]int64) func(*Config) {
+				return func(cfg *Config) {
+					cfg.MaxWarmupReplicas, cfg.AcceptableRecoveryLag = 2, 5
+					cfg.Held = func() map[int]int64 { return maps.Clone(held) }
+				}
+			}
+			a := startMember(t, addrs, "pod-a", ha(map[int]int64{0: 0, 1: 0, 2: 0, 3: 20, 4: 20, 5: 0}))
+			stableTasks(t, a)
+			// pod-b: a caught-up copy of 3 (lag 0), a copy of 4 that is 20
+			// records behind, nothing of 5.
+			b := startMember(t, addrs, "pod-b", ha(map[int]int64{3: 20, 4: 0}))
+			tasks, _ := stableTasks(t, a, b)
+			cur, _ := b.Current()
+			if failing {
+				// No lags: exactly copartition.Assign.
+				if !slices.Equal(tasks["pod-b"], []int{3, 4, 5}) || cur.Warmup != nil {
+					t.Errorf("pod-b has %v, warm-ups %v; want [3 4 5] and none", tasks["pod-b"], cur.Warmup)
+				}
+				return
+			}
+			if !slices.Equal(tasks["pod-b"], []int{3}) || !slices.Equal(cur.Warmup, []int{4, 5}) {
+				t.Errorf("pod-b has %v, warm-ups %v; want [3] (caught up) and [4 5]", tasks["pod-b"], cur.Warmup)
+			}
+		})
+	}
 }
