@@ -90,10 +90,17 @@ func checkCooperative(t *testing.T, ms []*testMember, from map[string]int, befor
 // owner first and reaches its new owner in the follow-up generation; the
 // group converges to the plan copartition makes in one step.
 func TestCooperativeScaleOut(t *testing.T) {
+	for _, k := range []int{0, 1} {
+		t.Run(map[int]string{0: "no standbys", 1: "one standby"}[k], func(t *testing.T) { cooperativeScaleOut(t, k) })
+	}
+}
+
+func cooperativeScaleOut(t *testing.T, standbys int) {
 	addrs := newCluster(t)
+	cfg := func(c *Config) { c.Standbys = standbys }
 	var ms []*testMember
 	for _, id := range []string{"pod-a", "pod-b", "pod-c"} {
-		ms = append(ms, startMember(t, addrs, id, nil))
+		ms = append(ms, startMember(t, addrs, id, cfg))
 	}
 	before, _ := stableTasks(t, ms...)
 	// Quiet: no generation starts after this one until pod-d joins.
@@ -104,9 +111,26 @@ func TestCooperativeScaleOut(t *testing.T) {
 	for _, m := range ms {
 		from[m.id] = len(assignmentsOf(m))
 	}
-	ms = append(ms, startMember(t, addrs, "pod-d", nil))
+	ms = append(ms, startMember(t, addrs, "pod-d", cfg))
 	from["pod-d"] = 0
 	after, as := stableTasks(t, ms...)
+	copies := map[int][]string{}
+	for i, a := range as {
+		for _, p := range a.Standby {
+			if slices.Contains(a.Topics["market"], p) {
+				t.Errorf("%s: standby of its own task %d", ms[i].id, p)
+			}
+			copies[p] = append(copies[p], ms[i].id)
+		}
+		if len(a.Warmup) != 0 {
+			t.Errorf("%s: warm-ups %v without lags", ms[i].id, a.Warmup)
+		}
+	}
+	for p := range testPartitions {
+		if len(copies[p]) != standbys {
+			t.Errorf("task %d has standbys %v, want %d", p, copies[p], standbys)
+		}
+	}
 	want, err := copartition.Assign(testPartitions, []string{"pod-a", "pod-b", "pod-c", "pod-d"}, before)
 	if err != nil {
 		t.Fatal(err)
@@ -336,4 +360,35 @@ func TestLeaderComputesLagsFromEndOffsets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// What a member reports: Config.Owned and not live before its first
+// assignment or after Lost; its running tasks (live) and standbys after
+// Assigned; Config.Held always, without impossible entries.
+func TestSubscriptionReportsLiveHeldStandby(t *testing.T) {
+	m, err := New(Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", InstanceID: "i", Topics: testTopicSet, Handler: &recorder{},
+		Owned: func() []int { return []int{4} },
+		Held:  func() map[int]int64 { return map[int]int64{1: 10, 4: 3, -1: 5, 2: -7} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantHeld := map[int]int64{1: 10, 4: 3}
+	check := func(step string, want subscription) {
+		t.Helper()
+		want.InstanceID, want.Held = "i", wantHeld
+		got := m.subscription()
+		if len(got.Refused) == 0 {
+			got.Refused = nil
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %+v, want %+v", step, got, want)
+		}
+	}
+	check("before the first assignment", subscription{Owned: []int{4}})
+	m.mu.Lock()
+	m.current, m.hasCurrent, m.live = Assignment{Topics: map[string][]int{"market": {0, 1}}, Standby: []int{2, 3}}, true, true
+	m.mu.Unlock()
+	check("running", subscription{Owned: []int{0, 1}, Live: true, Standby: []int{2, 3}})
+	m.lose(context.Background(), errors.New("test"))
+	check("after Lost", subscription{Owned: []int{4}})
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/segmentio/kafka-go"
@@ -197,7 +198,8 @@ func computePlan(in planInput) (planOutput, error) {
 
 	refused := refusedBy(members, partitions)
 	out.Moved += honorRefusals(perTopic, in.Topics, ids, refused)
-	out.Withheld = withhold(perTopic, in.Topics, liveOwners(members, partitions))
+	plannedFor := withhold(perTopic, in.Topics, liveOwners(members, partitions))
+	out.Withheld = slices.Sorted(maps.Keys(plannedFor))
 	owners := make([]uint32, partitions)
 	for id, byTopic := range perTopic {
 		for _, p := range byTopic[in.Topics[0]] {
@@ -213,6 +215,18 @@ func computePlan(in planInput) (planOutput, error) {
 		}
 	}
 
+	// The planned owner of a withheld task keeps its standby copy of it,
+	// if it has one, until the task reaches it.
+	for p, id := range plannedFor {
+		for _, m := range members {
+			if m.InstanceID == id && slices.Contains(m.Sub.Standby, p) {
+				if plan.Standby == nil {
+					plan.Standby = map[string][]int{}
+				}
+				plan.Standby[id] = append(slices.Clone(plan.Standby[id]), p)
+			}
+		}
+	}
 	out.Standby, out.Warmup = copies(plan, owners, index, refused, partitions)
 	for _, ts := range out.Standby {
 		out.Standbys += len(ts)
@@ -300,12 +314,12 @@ func liveOwners(members []joinedMember, partitions int) map[int][]string {
 // rejoins at once; in that follow-up rebalance nobody runs it any more and
 // the plan gives it to its new owner. A task whose previous owner left or
 // crashed (nobody reports it live) is assigned directly. It returns the
-// withheld tasks, ascending.
-func withhold(perTopic map[string]map[string][]int, topics []string, live map[int][]string) []int {
+// withheld tasks and the member each was planned for.
+func withhold(perTopic map[string]map[string][]int, topics []string, live map[int][]string) map[int]string {
 	if len(live) == 0 {
 		return nil
 	}
-	var out []int
+	out := map[int]string{}
 	for id, byTopic := range perTopic {
 		var mine []int
 		for _, p := range byTopic[topics[0]] {
@@ -313,15 +327,14 @@ func withhold(perTopic map[string]map[string][]int, topics []string, live map[in
 				mine = append(mine, p)
 			}
 		}
-		out = append(out, mine...)
 		for _, p := range mine {
+			out[p] = id
 			for _, t := range topics {
 				byTopic[t] = slices.DeleteFunc(byTopic[t], func(q int) bool { return q == p })
 			}
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 // copies returns the plan's standby copies (warm-ups included) and warm-up

@@ -231,3 +231,34 @@ func TestPlanWithholdsTasksStillRunning(t *testing.T) {
 		t.Errorf("departed owner: withheld %v, tasks %v", out.Withheld, out.Tasks)
 	}
 }
+
+// The member a withheld task is planned for keeps its standby copy of it
+// until the task reaches it; standbys are placed elsewhere as planned.
+func TestPlanWithheldTaskKeepsStandby(t *testing.T) {
+	in := fourMembersSixPartitions
+	in.Assignor = AssignorCopartition
+	in.Standbys = 1
+	in.Members = members(4, map[string][]int{"pod-0": {0, 1}, "pod-1": {2, 3}, "pod-2": {4, 5}})
+	for i := range in.Members {
+		in.Members[i].Sub.Live = true
+	}
+	in.Members[3].Sub.Standby = []int{5}
+	out, err := computePlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(out.Withheld, []int{5}) {
+		t.Fatalf("withheld %v, want [5]", out.Withheld)
+	}
+	ads := decodeAll(t, in, out)
+	if !slices.Contains(ads["pod-3"].Standby, 5) {
+		t.Errorf("pod-3 standbys %v: it lost its copy of the task coming to it", ads["pod-3"].Standby)
+	}
+	for id, ad := range ads {
+		for _, p := range ad.Standby {
+			if slices.Contains(out.Tasks[id], p) {
+				t.Errorf("%s: standby of its own task %d", id, p)
+			}
+		}
+	}
+}
