@@ -149,7 +149,27 @@ func cooperativeScaleOut(t *testing.T, standbys int) {
 	if first := assignmentsOf(ms[3])[0]; len(first.Topics["market"]) != 0 {
 		t.Errorf("pod-d's first assignment %v: the moved task was not withheld", first.Topics)
 	}
-	t.Logf("%v -> %v in generations %d..%d; moved %v", before, after, gen, as[0].Generation, moved)
+	// How long each moved task had no owner: from the old owner's
+	// Assigned without it (which stopped it) to the new owner's with it.
+	gaps := map[int]time.Duration{}
+	for p, yx := range moved {
+		var stopped, started time.Time
+		for _, m := range ms {
+			m.rec.mu.Lock()
+			for i, a := range m.rec.assigned {
+				has := slices.Contains(a.Topics["market"], p)
+				switch {
+				case m.id == yx[0] && !has && stopped.IsZero() && i >= from[m.id]:
+					stopped = m.rec.assignedAt[i]
+				case m.id == yx[1] && has && started.IsZero():
+					started = m.rec.assignedAt[i]
+				}
+			}
+			m.rec.mu.Unlock()
+		}
+		gaps[p] = started.Sub(stopped).Round(time.Millisecond)
+	}
+	t.Logf("%v -> %v in generations %d..%d; moved %v; handover gaps %v (heartbeat interval 50ms)", before, after, gen, as[0].Generation, moved, gaps)
 }
 
 // A member whose task was revoked stops it inside Assigned and commits with

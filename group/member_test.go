@@ -54,6 +54,7 @@ func startCluster(t *testing.T, brokers int, opts ...kfake.Opt) *kfake.Cluster {
 type recorder struct {
 	mu          sync.Mutex
 	assigned    []Assignment
+	assignedAt  []time.Time // when each Assigned returned
 	rebalancing int
 	lost        []error
 	// onRebalancing, when set, runs inside Rebalancing.
@@ -74,6 +75,7 @@ func (r *recorder) Assigned(ctx context.Context, a Assignment) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.assigned = append(r.assigned, a)
+	r.assignedAt = append(r.assignedAt, time.Now())
 }
 
 func (r *recorder) Rebalancing(ctx context.Context) {
@@ -792,20 +794,23 @@ func TestActiveNeedsARecentHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		valid bool
-		ago   time.Duration
-		want  bool
+		valid   bool
+		joining bool // a JoinGroup or SyncGroup of the member is in flight
+		ago     time.Duration
+		want    bool
 	}{
-		{true, 0, true},
-		{true, 900 * time.Millisecond, true},
-		{true, 1100 * time.Millisecond, false},
-		{false, 0, false},
+		{true, false, 0, true},
+		{true, false, 900 * time.Millisecond, true},
+		{true, false, 1100 * time.Millisecond, false},
+		{false, false, 0, false},
+		{true, true, 5 * time.Second, true},
+		{false, true, 0, false},
 	} {
 		m.mu.Lock()
-		m.live, m.lastAlive = c.valid, time.Now().Add(-c.ago)
+		m.live, m.joining, m.lastAlive = c.valid, c.joining, time.Now().Add(-c.ago)
 		m.mu.Unlock()
 		if got := m.Active(); got != c.want {
-			t.Errorf("valid %v, confirmed %v ago: Active = %v, want %v", c.valid, c.ago, got, c.want)
+			t.Errorf("valid %v, joining %v, confirmed %v ago: Active = %v, want %v", c.valid, c.joining, c.ago, got, c.want)
 		}
 	}
 }
