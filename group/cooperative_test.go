@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -42,9 +44,9 @@ func checkCooperative(t *testing.T, ms []*testMember, from map[string]int, befor
 			if byGen[a.Generation] == nil {
 				byGen[a.Generation] = map[int]string{}
 			}
-			tasks := a.Topics["market"]
-			if !slices.Equal(tasks, a.Topics["notifications"]) {
-				t.Errorf("%s generation %d: market %v, notifications %v", m.id, a.Generation, tasks, a.Topics["notifications"])
+			tasks := a.Topics[m.topics[0]]
+			if !slices.Equal(tasks, a.Topics[m.topics[1]]) {
+				t.Errorf("%s generation %d: %s %v, %s %v", m.id, a.Generation, m.topics[0], tasks, m.topics[1], a.Topics[m.topics[1]])
 			}
 			for _, p := range tasks {
 				if o, dup := byGen[a.Generation][p]; dup {
@@ -91,13 +93,21 @@ func checkCooperative(t *testing.T, ms []*testMember, from map[string]int, befor
 // group converges to the plan copartition makes in one step.
 func TestCooperativeScaleOut(t *testing.T) {
 	for _, k := range []int{0, 1} {
-		t.Run(map[int]string{0: "no standbys", 1: "one standby"}[k], func(t *testing.T) { cooperativeScaleOut(t, k) })
+		t.Run(map[int]string{0: "no standbys", 1: "one standby"}[k], func(t *testing.T) {
+			cooperativeScaleOut(t, newCluster(t), nil, k)
+		})
 	}
 }
 
-func cooperativeScaleOut(t *testing.T, standbys int) {
-	addrs := newCluster(t)
-	cfg := func(c *Config) { c.Standbys = standbys }
+// cooperativeScaleOut runs the scale-out on the brokers at addrs; edit, when
+// set, adjusts each member's config (topics, group) first.
+func cooperativeScaleOut(t *testing.T, addrs []string, edit func(*Config), standbys int) {
+	cfg := func(c *Config) {
+		if edit != nil {
+			edit(c)
+		}
+		c.Standbys = standbys
+	}
 	var ms []*testMember
 	for _, id := range []string{"pod-a", "pod-b", "pod-c"} {
 		ms = append(ms, startMember(t, addrs, id, cfg))
@@ -117,7 +127,7 @@ func cooperativeScaleOut(t *testing.T, standbys int) {
 	copies := map[int][]string{}
 	for i, a := range as {
 		for _, p := range a.Standby {
-			if slices.Contains(a.Topics["market"], p) {
+			if slices.Contains(a.Topics[ms[i].topics[0]], p) {
 				t.Errorf("%s: standby of its own task %d", ms[i].id, p)
 			}
 			copies[p] = append(copies[p], ms[i].id)
@@ -146,7 +156,7 @@ func cooperativeScaleOut(t *testing.T, standbys int) {
 		t.Errorf("converged in %d generation(s), want the two phases", n)
 	}
 	// pod-d's first assignment is empty: its task was withheld.
-	if first := assignmentsOf(ms[3])[0]; len(first.Topics["market"]) != 0 {
+	if first := assignmentsOf(ms[3])[0]; len(first.Topics[ms[3].topics[0]]) != 0 {
 		t.Errorf("pod-d's first assignment %v: the moved task was not withheld", first.Topics)
 	}
 	// How long each moved task had no owner: from the old owner's
@@ -157,7 +167,7 @@ func cooperativeScaleOut(t *testing.T, standbys int) {
 		for _, m := range ms {
 			m.rec.mu.Lock()
 			for i, a := range m.rec.assigned {
-				has := slices.Contains(a.Topics["market"], p)
+				has := slices.Contains(a.Topics[m.topics[0]], p)
 				switch {
 				case m.id == yx[0] && !has && stopped.IsZero() && i >= from[m.id]:
 					stopped = m.rec.assignedAt[i]
@@ -218,7 +228,12 @@ func TestRevokedTaskCommitsInAssigned(t *testing.T) {
 // once the warm-up copies have caught up, the probing rebalance moves their
 // tasks.
 func TestProbingRebalance(t *testing.T) {
-	addrs := newCluster(t)
+	probingRebalance(t, newCluster(t), nil)
+}
+
+// probingRebalance runs on the brokers at addrs; edit, when set, adjusts
+// each member's config (topics, group) first.
+func probingRebalance(t *testing.T, addrs []string, edit func(*Config)) {
 	var mu sync.Mutex
 	held := map[string]map[int]int64{
 		// pod-a runs everything and holds every store at offset 0: with
@@ -227,6 +242,9 @@ func TestProbingRebalance(t *testing.T) {
 	}
 	ha := func(id string) func(*Config) {
 		return func(cfg *Config) {
+			if edit != nil {
+				edit(cfg)
+			}
 			cfg.MaxWarmupReplicas = 2
 			cfg.AcceptableRecoveryLag = 10
 			cfg.ProbingRebalanceInterval = 300 * time.Millisecond
@@ -249,8 +267,8 @@ func TestProbingRebalance(t *testing.T) {
 		return ok && len(cur.Warmup) == 2 && slices.Equal(cur.Standby, cur.Warmup)
 	})
 	cur, _ := b.Current()
-	if len(cur.Topics["market"]) != 0 {
-		t.Errorf("pod-b got tasks %v before its copies caught up", cur.Topics["market"])
+	if len(cur.Topics[b.topics[0]]) != 0 {
+		t.Errorf("pod-b got tasks %v before its copies caught up", cur.Topics[b.topics[0]])
 	}
 	if la, _ := a.Current(); !la.Leader {
 		t.Fatalf("pod-a does not lead generation %d", la.Generation)
@@ -268,7 +286,8 @@ func TestProbingRebalance(t *testing.T) {
 	mu.Unlock()
 	waitFor(t, 10*time.Second, "the warmed-up tasks on pod-b", func() bool {
 		cur, _ := b.Current()
-		return len(cur.Topics["market"]) >= 2 && slices.Contains(cur.Topics["market"], warm[0]) && slices.Contains(cur.Topics["market"], warm[1])
+		tasks := cur.Topics[b.topics[0]]
+		return len(tasks) >= 2 && slices.Contains(tasks, warm[0]) && slices.Contains(tasks, warm[1])
 	})
 	mu.Lock()
 	held["pod-b"] = map[int]int64{0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0}
@@ -337,78 +356,57 @@ func TestLeaderComputesLagsFromEndOffsets(t *testing.T) {
 	for _, failing := range []bool{false, true} {
 		t.Run(map[bool]string{false: "end offsets", true: "ListOffsets fails"}[failing], func(t *testing.T) {
 			c := startCluster(t, 1)
-			addrs := c.ListenAddrs()
-			client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 5 * time.Second}
-			recs := make([]kafka.Record, 20)
-			for i := range recs {
-				recs[i] = kafka.Record{Value: kafka.NewBytes([]byte("tick"))}
-			}
-			for _, p := range []int{3, 4} {
-				if _, err := client.Produce(context.Background(), &kafka.ProduceRequest{Topic: "market", Partition: p,
-					RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)}); err != nil {
-					t.Fatal(err)
-				}
-			}
 			if failing {
 				c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
 					c.KeepControl()
 					return nil, errors.New("injected: no offsets"), true
 				})
 			}
-			ha := func(held map[int]int64) func(*Config) {
-				return func(cfg *Config) {
-					cfg.MaxWarmupReplicas, cfg.AcceptableRecoveryLag = 2, 5
-					cfg.Held = func() map[int]int64 { return maps.Clone(held) }
-				}
-			}
-			a := startMember(t, addrs, "pod-a", ha(map[int]int64{0: 0, 1: 0, 2: 0, 3: 20, 4: 20, 5: 0}))
-			stableTasks(t, a)
-			// pod-b: a caught-up copy of 3 (lag 0), a copy of 4 that is 20
-			// records behind, nothing of 5.
-			b := startMember(t, addrs, "pod-b", ha(map[int]int64{3: 20, 4: 0}))
-			tasks, _ := stableTasks(t, a, b)
-			cur, _ := b.Current()
-			if failing {
-				// No lags: exactly copartition.Assign.
-				if !slices.Equal(tasks["pod-b"], []int{3, 4, 5}) || cur.Warmup != nil {
-					t.Errorf("pod-b has %v, warm-ups %v; want [3 4 5] and none", tasks["pod-b"], cur.Warmup)
-				}
-				return
-			}
-			if !slices.Equal(tasks["pod-b"], []int{3}) || !slices.Equal(cur.Warmup, []int{4, 5}) {
-				t.Errorf("pod-b has %v, warm-ups %v; want [3] (caught up) and [4 5]", tasks["pod-b"], cur.Warmup)
-			}
+			leaderComputesLags(t, c.ListenAddrs(), testTopicSet, "joiner", failing)
 		})
 	}
 }
 
-// What a member reports: Config.Owned and not live before its first
-// assignment or after Lost; its running tasks (live) and standbys after
-// Assigned; Config.Held always, without impossible entries.
-func TestSubscriptionReportsLiveHeldStandby(t *testing.T) {
-	m, err := New(Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", InstanceID: "i", Topics: testTopicSet, Handler: &recorder{},
-		Owned: func() []int { return []int{4} },
-		Held:  func() map[int]int64 { return map[int]int64{1: 10, 4: 3, -1: 5, 2: -7} }})
-	if err != nil {
-		t.Fatal(err)
+// leaderComputesLags produces 20 records to partitions 3 and 4 of the
+// state topic and checks the plan for two members with the given copies;
+// noLags: the leader cannot read the end offsets.
+func leaderComputesLags(t *testing.T, addrs []string, topics record.Topics, groupID string, noLags bool) {
+	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 5 * time.Second}
+	recs := make([]kafka.Record, 20)
+	for i := range recs {
+		recs[i] = kafka.Record{Value: kafka.NewBytes([]byte("tick"))}
 	}
-	wantHeld := map[int]int64{1: 10, 4: 3}
-	check := func(step string, want subscription) {
-		t.Helper()
-		want.InstanceID, want.Held = "i", wantHeld
-		got := m.subscription()
-		if len(got.Refused) == 0 {
-			got.Refused = nil
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: %+v, want %+v", step, got, want)
+	for _, p := range []int{3, 4} {
+		// A fresh topic on a real broker may answer NOT_LEADER for a
+		// moment.
+		waitFor(t, 10*time.Second, fmt.Sprintf("20 records produced to %s-%d", topics.Market, p), func() bool {
+			resp, err := client.Produce(context.Background(), &kafka.ProduceRequest{Topic: topics.Market, Partition: p,
+				RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
+			return err == nil && resp.Error == nil
+		})
+	}
+	ha := func(held map[int]int64) func(*Config) {
+		return func(cfg *Config) {
+			cfg.Topics, cfg.GroupID = topics, groupID
+			cfg.MaxWarmupReplicas, cfg.AcceptableRecoveryLag = 2, 5
+			cfg.Held = func() map[int]int64 { return maps.Clone(held) }
 		}
 	}
-	check("before the first assignment", subscription{Owned: []int{4}})
-	m.mu.Lock()
-	m.current, m.hasCurrent, m.live = Assignment{Topics: map[string][]int{"market": {0, 1}}, Standby: []int{2, 3}}, true, true
-	m.mu.Unlock()
-	check("running", subscription{Owned: []int{0, 1}, Live: true, Standby: []int{2, 3}})
-	m.lose(context.Background(), errors.New("test"))
-	check("after Lost", subscription{Owned: []int{4}})
+	a := startMember(t, addrs, "pod-a", ha(map[int]int64{0: 0, 1: 0, 2: 0, 3: 20, 4: 20, 5: 0}))
+	stableTasks(t, a)
+	// pod-b: a caught-up copy of 3 (lag 0), a copy of 4 that is 20
+	// records behind, nothing of 5.
+	b := startMember(t, addrs, "pod-b", ha(map[int]int64{3: 20, 4: 0}))
+	tasks, _ := stableTasks(t, a, b)
+	cur, _ := b.Current()
+	if noLags {
+		// No lags: exactly copartition.Assign.
+		if !slices.Equal(tasks["pod-b"], []int{3, 4, 5}) || cur.Warmup != nil {
+			t.Errorf("pod-b has %v, warm-ups %v; want [3 4 5] and none", tasks["pod-b"], cur.Warmup)
+		}
+		return
+	}
+	if !slices.Equal(tasks["pod-b"], []int{3}) || !slices.Equal(cur.Warmup, []int{4, 5}) {
+		t.Errorf("pod-b has %v, warm-ups %v; want [3] (caught up) and [4 5]", tasks["pod-b"], cur.Warmup)
+	}
 }

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -700,14 +701,22 @@ func (m *Member) endOffsets(ctx context.Context, members []joinedMember, counts 
 		return nil
 	}
 	ends := make(map[int]int64, n)
+	var failed []int
+	var firstErr error
 	for _, po := range resp.Topics[m.topics[0]] {
-		if po.Error != nil {
-			m.log.Warn("group: leader cannot read an end offset; planning without the lags of that task",
-				"topic", m.topics[0], "partition", po.Partition, "err", po.Error)
+		if po.Error != nil || po.LastOffset < 0 {
+			failed = append(failed, po.Partition)
+			firstErr = cmp.Or(firstErr, po.Error)
 			continue
 		}
 		ends[po.Partition] = po.LastOffset
 	}
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		m.log.Warn("group: leader cannot read some end offsets of the state topic; planning without the lags of those tasks",
+			"topic", m.topics[0], "partitions", failed, "err", firstErr)
+	}
+	m.log.Debug("group: leader read the end offsets of the state topic", "topic", m.topics[0], "ends", ends)
 	return ends
 }
 

@@ -223,8 +223,8 @@ func stableTasks(t *testing.T, ms ...*testMember) (map[string][]int, []Assignmen
 			}
 			gen = a.Generation
 			as = append(as, a)
-			tasks[m.id] = a.Topics["market"]
-			for _, p := range a.Topics["market"] {
+			tasks[m.id] = a.Topics[m.topics[0]]
+			for _, p := range a.Topics[m.topics[0]] {
 				if seen[p] {
 					return false
 				}
@@ -473,15 +473,21 @@ func TestCommitAndFetchOffsets(t *testing.T) {
 }
 
 func TestCommitDuringRebalance(t *testing.T) {
-	addrs := newCluster(t)
-	a := startMember(t, addrs, "pod-a", nil)
+	commitDuringRebalance(t, newCluster(t), nil)
+}
+
+// commitDuringRebalance runs on the brokers at addrs; edit, when set,
+// adjusts each member's config (topics, group) first.
+func commitDuringRebalance(t *testing.T, addrs []string, edit func(*Config)) {
+	a := startMember(t, addrs, "pod-a", edit)
+	market := a.topics[0]
 	release := make(chan struct{})
 	var commitInRebalancing error
 	a.rec.setOnRebalancing(func(ctx context.Context) {
 		// The handler's own commit, while the rebalance is being prepared.
-		commitInRebalancing = a.Commit(ctx, map[string]map[int]int64{"market": {0: 10}})
+		commitInRebalancing = a.Commit(ctx, map[string]map[int]int64{market: {0: 10}})
 	})
-	c := startMember(t, addrs, "pod-c", nil)
+	c := startMember(t, addrs, "pod-c", edit)
 	// Stable first: pod-c's tasks reach it in a follow-up rebalance
 	// (cooperative handover), which the hook below would hold.
 	stableTasks(t, a, c)
@@ -493,7 +499,7 @@ func TestCommitDuringRebalance(t *testing.T) {
 	})
 	n0, r0 := a.rec.counts()
 
-	startMember(t, addrs, "pod-b", nil)
+	startMember(t, addrs, "pod-b", edit)
 	waitFor(t, 5*time.Second, "pod-a's Rebalancing", func() bool { _, r := a.rec.counts(); return r == r0+1 })
 	if commitInRebalancing != nil {
 		t.Errorf("commit inside Rebalancing: %v", commitInRebalancing)
@@ -502,7 +508,7 @@ func TestCommitDuringRebalance(t *testing.T) {
 	// tasks keep running, and the coordinator, still preparing the
 	// rebalance, accepts the old generation's commits.
 	for i := range 5 {
-		if err := a.Commit(context.Background(), map[string]map[int]int64{"market": {0: int64(11 + i)}}); err != nil {
+		if err := a.Commit(context.Background(), map[string]map[int]int64{market: {0: int64(11 + i)}}); err != nil {
 			t.Errorf("commit %d while the rebalance is prepared: %v", i, err)
 		}
 		if !a.Active() {
@@ -512,10 +518,10 @@ func TestCommitDuringRebalance(t *testing.T) {
 	}
 	close(release)
 	waitFor(t, 10*time.Second, "the next assignment", func() bool { n, _ := a.rec.counts(); return n == n0+1 })
-	if err := a.Commit(context.Background(), map[string]map[int]int64{"market": {0: 12}}); err != nil {
+	if err := a.Commit(context.Background(), map[string]map[int]int64{market: {0: 12}}); err != nil {
 		t.Errorf("commit after the rebalance: %v", err)
 	}
-	if got, err := a.FetchOffsets(context.Background(), "market", []int{0}); err != nil || got[0] != 12 {
+	if got, err := a.FetchOffsets(context.Background(), market, []int{0}); err != nil || got[0] != 12 {
 		t.Errorf("committed offset %v, %v; want 12", got, err)
 	}
 }
