@@ -155,9 +155,24 @@ func cooperativeScaleOut(t *testing.T, addrs []string, edit func(*Config), stand
 	if n := as[0].Generation - gen; n < 2 {
 		t.Errorf("converged in %d generation(s), want the two phases", n)
 	}
-	// pod-d's first assignment is empty: its task was withheld.
-	if first := assignmentsOf(ms[3])[0]; len(first.Topics[ms[3].topics[0]]) != 0 {
-		t.Errorf("pod-d's first assignment %v: the moved task was not withheld", first.Topics)
+	// The old owner's assignment without a moved task shows it withheld:
+	// no owner in the owner map. (The new member may miss that
+	// generation: its SyncGroup can lose the race with the old owner's
+	// rejoin, and then it just rejoins.)
+	for p, yx := range moved {
+		for _, m := range ms {
+			if m.id != yx[0] {
+				continue
+			}
+			for _, a := range assignmentsOf(m)[from[m.id]:] {
+				if !slices.Contains(a.Topics[m.topics[0]], p) {
+					if a.Owners[p] != (Owner{}) {
+						t.Errorf("generation %d: task %d left %s for %v at once: not withheld", a.Generation, p, m.id, a.Owners[p])
+					}
+					break
+				}
+			}
+		}
 	}
 	// How long each moved task had no owner: from the old owner's
 	// Assigned without it (which stopped it) to the new owner's with it.
