@@ -294,7 +294,12 @@ func checkTransition(t *testing.T, step string, prev, next map[string][]int, as 
 		t.Errorf("%s: tasks %v, planner says %v", step, next, want.Assignment)
 	}
 	for _, a := range as {
-		if a.Moved != want.Moved {
+		// With the cooperative handover a transition takes two
+		// generations or more (the moved tasks are withheld, then
+		// assigned); Moved is the count of the last plan: all the moves
+		// when they were withheld in one generation, fewer when a
+		// member's rejoin split them over several.
+		if a.Moved > want.Moved || want.Moved > 0 && a.Moved == 0 {
 			t.Errorf("%s: Moved = %d, planner says %d", step, a.Moved, want.Moved)
 		}
 		for _, tasks := range [][]int{a.Topics["notifications"]} {
@@ -499,7 +504,7 @@ func commitDuringRebalance(t *testing.T, addrs []string, edit func(*Config)) {
 	})
 	n0, r0 := a.rec.counts()
 
-	startMember(t, addrs, "pod-b", edit)
+	b := startMember(t, addrs, "pod-b", edit)
 	waitFor(t, 5*time.Second, "pod-a's Rebalancing", func() bool { _, r := a.rec.counts(); return r == r0+1 })
 	if commitInRebalancing != nil {
 		t.Errorf("commit inside Rebalancing: %v", commitInRebalancing)
@@ -517,7 +522,10 @@ func commitDuringRebalance(t *testing.T, addrs []string, edit func(*Config)) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "the next assignment", func() bool { n, _ := a.rec.counts(); return n == n0+1 })
+	waitFor(t, 10*time.Second, "the next assignment", func() bool { n, _ := a.rec.counts(); return n > n0 })
+	// Tasks that move to pod-b take a follow-up rebalance: commit once
+	// the group is stable again.
+	stableTasks(t, a, b, c)
 	if err := a.Commit(context.Background(), map[string]map[int]int64{market: {0: 12}}); err != nil {
 		t.Errorf("commit after the rebalance: %v", err)
 	}
