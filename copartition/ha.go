@@ -373,17 +373,35 @@ func (pl *planner) fillLag(ha *haState, tr *tracer) ([]int32, int) {
 }
 
 // stay keeps with its previous owner every task the fill gave to a member
-// without a caught-up copy while that owner is still a member.
+// without a caught-up copy while that owner is still a member. A task
+// without such an owner (orphaned or unowned) that the fill gave to a
+// member without a caught-up copy goes instead to the member holding its
+// caught-up copy with the smallest lag (ties: smaller id), even above that
+// member's target: the failover restores only the copy's tail. Both are
+// stays: the member balance chose warms the task up, and a later plan
+// moves it there.
 func (pl *planner) stay(ha *haState, final []int32, moved int, tr *tracer) ([]stay, int) {
 	m := int32(pl.m)
 	var stays []stay
 	for t, o := range pl.owner {
 		d := final[t]
-		if o < 0 || o >= m || d == o {
+		if d == o {
 			continue
 		}
 		lag, has := ha.copyOf(t, d)
 		if has && lag <= ha.opt.AcceptableRecoveryLag {
+			continue
+		}
+		if o < 0 || o >= m {
+			j := ha.cuOff[t]
+			if j == ha.cuOff[t+1] {
+				continue // no caught-up copy anywhere: the fill's choice
+			}
+			final[t] = ha.cuMember[j]
+			stays = append(stays, stay{int32(t), d})
+			if tr != nil {
+				tr.failover(pl, ha, t, ha.cuMember[j], ha.cuLag[j], d, lag, has)
+			}
 			continue
 		}
 		final[t] = o

@@ -58,6 +58,18 @@ func (tr *tracer) stay(pl *planner, ha *haState, t int, o, d int32, lag int64, h
 	}
 }
 
+// failover writes an orphaned task given to the holder of its caught-up
+// copy instead of the fill's choice d, which holds none.
+func (tr *tracer) failover(pl *planner, ha *haState, t int, h int32, hlag int64, d int32, lag int64, has bool) {
+	fmt.Fprintf(tr.w, "failover %d -> %s (holds a caught-up copy, lag %d; above its target until a warm-up moves it): %s holds no caught-up copy (",
+		t, name(pl.ids[h]), hlag, name(pl.ids[d]))
+	if has {
+		fmt.Fprintf(tr.w, "lag %d > %d)\n", lag, ha.opt.AcceptableRecoveryLag)
+	} else {
+		tr.w.WriteString("no copy)\n")
+	}
+}
+
 // keep writes a standby kept by a member that had it or holds a copy.
 func (tr *tracer) keep(pl *planner, c sticky) {
 	fmt.Fprintf(tr.w, "standby keep %d -> %s (", c.t, name(pl.ids[c.m]))

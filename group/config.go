@@ -9,10 +9,11 @@ import (
 
 // Defaults of the zero durations of Config.
 const (
-	DefaultSessionTimeout           = 10 * time.Second
-	DefaultRebalanceTimeout         = 30 * time.Second
-	DefaultHeartbeatInterval        = time.Second // and at most a third of the session timeout
-	DefaultMetadataCheckInterval    = 10 * time.Second
+	DefaultSessionTimeout        = 10 * time.Second
+	DefaultRebalanceTimeout      = 30 * time.Second
+	DefaultHeartbeatInterval     = time.Second // and at most a third of the session timeout
+	DefaultMetadataCheckInterval = 10 * time.Second
+	// DefaultProbingRebalanceInterval is Config.ProbingRebalanceInterval's.
 	DefaultProbingRebalanceInterval = 10 * time.Minute
 )
 

@@ -87,8 +87,16 @@ type Config struct {
 	// default false: a static member's tasks wait for it until the
 	// session timeout (see group.Config.LeaveOnShutdown).
 	LeaveOnShutdown bool
-	MaxTaskIdle     time.Duration
-	CommitInterval  time.Duration
+	// StandbyReplicas, AcceptableRecoveryLag, MaxWarmupReplicas and
+	// ProbingRebalanceInterval are the leader's high-availability rules
+	// (see group.Config); zero values turn each off (the interval
+	// defaults to 10m).
+	StandbyReplicas          int
+	AcceptableRecoveryLag    int64
+	MaxWarmupReplicas        int
+	ProbingRebalanceInterval time.Duration
+	MaxTaskIdle              time.Duration
+	CommitInterval           time.Duration
 	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
 	HistoryRetention time.Duration
 
@@ -232,19 +240,23 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.member, err = group.New(group.Config{
-		Client:            n.client,
-		GroupID:           cfg.Group,
-		InstanceID:        cfg.InstanceID,
-		QueryAddr:         n.addr,
-		Topics:            cfg.Topics,
-		Assignor:          cfg.Assignor,
-		SessionTimeout:    cfg.SessionTimeout,
-		RebalanceTimeout:  cfg.RebalanceTimeout,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		LeaveOnShutdown:   cfg.LeaveOnShutdown,
-		Handler:           n.worker,
-		Owned:             n.heldTasks,
-		Logger:            cfg.Logger,
+		Client:                   n.client,
+		GroupID:                  cfg.Group,
+		InstanceID:               cfg.InstanceID,
+		QueryAddr:                n.addr,
+		Topics:                   cfg.Topics,
+		Assignor:                 cfg.Assignor,
+		SessionTimeout:           cfg.SessionTimeout,
+		RebalanceTimeout:         cfg.RebalanceTimeout,
+		HeartbeatInterval:        cfg.HeartbeatInterval,
+		LeaveOnShutdown:          cfg.LeaveOnShutdown,
+		Standbys:                 cfg.StandbyReplicas,
+		AcceptableRecoveryLag:    cfg.AcceptableRecoveryLag,
+		MaxWarmupReplicas:        cfg.MaxWarmupReplicas,
+		ProbingRebalanceInterval: cfg.ProbingRebalanceInterval,
+		Handler:                  n.worker,
+		Owned:                    n.heldTasks,
+		Logger:                   cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/node"
@@ -46,6 +47,10 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", group.DefaultRebalanceTimeout, "group rebalance timeout; also bounds a clean leave")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", group.DefaultHeartbeatInterval, "group heartbeat interval")
 	fs.BoolVar(&cfg.LeaveOnShutdown, "leave-on-shutdown", false, "leave the group on SIGTERM so its tasks move at once (scale-down); by default a stopped worker keeps its place until the session timeout")
+	fs.IntVar(&cfg.StandbyReplicas, "standby-replicas", 0, "standby copies of each task's store kept on other workers, tailing the market, for fast failover")
+	fs.Int64Var(&cfg.AcceptableRecoveryLag, "acceptable-recovery-lag", copartition.DefaultAcceptableRecoveryLag, "records a task's copy may be behind the market's end and still take the task over at once")
+	fs.IntVar(&cfg.MaxWarmupReplicas, "max-warmup-replicas", copartition.DefaultMaxWarmupReplicas, "warm-up copies at once: a task balance would move to a worker without a caught-up copy stays put while one warms up there (0: move at once)")
+	fs.DurationVar(&cfg.ProbingRebalanceInterval, "probing-rebalance-interval", group.DefaultProbingRebalanceInterval, "how often the leader replans while warm-ups run, to move tasks whose copy caught up")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
 	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")

@@ -62,6 +62,12 @@ func (c *checks) positive(name string, v int64) {
 	}
 }
 
+func (c *checks) nonNegative(name string, v int64) {
+	if v < 0 {
+		c.fail("%s must not be negative, got %d", c.source(name), v)
+	}
+}
+
 func (c *checks) positiveDuration(name string, d time.Duration) {
 	if d <= 0 {
 		c.fail("%s must be a positive duration, got %s", c.source(name), d)
@@ -111,9 +117,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	}
 	c.list("state-dir", cfg.StateDirs)
 	c.oneOf("state-placement", cfg.Placement, statestore.PlacementFreeBytes, statestore.PlacementTasks)
-	if cfg.CacheBytes < 0 {
-		c.fail("%s must not be negative, got %d", c.source("cache-bytes"), cfg.CacheBytes)
-	}
+	c.nonNegative("cache-bytes", cfg.CacheBytes)
 	c.nonEmpty("http-addr", cfg.HTTPAddr)
 	c.positive("partitions", int64(cfg.Partitions))
 	c.positive("replication-factor", int64(cfg.ReplicationFactor))
@@ -124,6 +128,10 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	if cfg.HeartbeatInterval > 0 && cfg.SessionTimeout > 0 && cfg.HeartbeatInterval > cfg.SessionTimeout/3 {
 		c.fail("--heartbeat-interval %s must be at most a third of --session-timeout %s", cfg.HeartbeatInterval, cfg.SessionTimeout)
 	}
+	c.nonNegative("standby-replicas", int64(cfg.StandbyReplicas))
+	c.nonNegative("acceptable-recovery-lag", cfg.AcceptableRecoveryLag)
+	c.nonNegative("max-warmup-replicas", int64(cfg.MaxWarmupReplicas))
+	c.positiveDuration("probing-rebalance-interval", cfg.ProbingRebalanceInterval)
 	c.positiveDuration("max-task-idle", cfg.MaxTaskIdle)
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
