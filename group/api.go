@@ -143,8 +143,11 @@ type Assignment struct {
 	Owners []Owner
 	// Moved is the number of tasks whose owner changed, as the leader's plan
 	// reported it. For the non-sticky assignors the leader counts the
-	// partitions of Config.Topics.Market whose owner differs from the one reported in
-	// the subscriptions (a partition nobody reported counts as moved).
+	// partitions of Config.Topics.Market whose owner differs from the one
+	// reported in the subscriptions (a partition nobody reported counts as
+	// moved). A task handed over cooperatively is counted once, in the
+	// generation that gives it to its new owner (not in the one that
+	// withholds it), so the sum over generations counts each move once.
 	Moved int
 
 	// Unpaired is set on the planning leader's assignment only: the

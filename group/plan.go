@@ -52,7 +52,8 @@ type planOutput struct {
 	// Tasks is the list of Topics[0] partitions per instance id.
 	Tasks map[string][]int
 	// Moved is the number of Topics[0] partitions whose owner changed from
-	// the owner reported in the subscriptions.
+	// the owner reported in the subscriptions, without the withheld ones
+	// (they are counted by the follow-up plan that assigns them).
 	Moved int
 	// Err is why the leader could not plan; every member then gets an empty
 	// assignment carrying its text.
@@ -214,6 +215,10 @@ func computePlan(in planInput) (planOutput, error) {
 			}
 		}
 	}
+	// A withheld task moves in the follow-up generation, whose plan counts
+	// it (it has no owner then); counting it here too would count every
+	// handed-over task twice over the two generations.
+	out.Moved = max(0, out.Moved-len(out.Withheld))
 
 	// The planned owner of a withheld task keeps its standby copy of it,
 	// if it has one, until the task reaches it.

@@ -192,6 +192,9 @@ func TestPlanWithholdsTasksStillRunning(t *testing.T) {
 				t.Fatalf("withheld %v, want %v", out.Withheld, tc.withheld)
 			}
 			want, _ := copartition.Assign(6, []string{"pod-0", "pod-1", "pod-2", "pod-3"}, prev)
+			if out.Moved != want.Moved-len(tc.withheld) {
+				t.Errorf("moved %d, want the planner's %d less the %d withheld", out.Moved, want.Moved, len(tc.withheld))
+			}
 			ads := decodeAll(t, in, out)
 			for id, tasks := range want.Assignment {
 				var got []int
