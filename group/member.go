@@ -278,18 +278,20 @@ func (m *Member) loseIfGone(ctx context.Context, err error) {
 }
 
 // Active reports whether the member still holds its membership, as far as
-// it knows: its tasks are live (assigned and not lost) and either a
-// JoinGroup or SyncGroup of this member is in flight (the coordinator keeps
-// a joining member) or the coordinator confirmed the membership less than
-// a session timeout ago. A member that was paused (SIGSTOP, a long GC, a
-// frozen VM) for longer than that may have been replaced without knowing
-// it yet: work done for its tasks must not be written until a heartbeat
-// answers again (then either Active is true, or Handler.Lost has been
-// called).
+// it knows: its tasks are live (assigned and not lost) and the coordinator
+// confirmed the membership less than a session timeout ago, or a JoinGroup
+// or SyncGroup of this member is in flight (the coordinator keeps a
+// joining member) and the last confirmation is less than a rebalance
+// timeout old (a coordinator that had the JoinGroup would have answered by
+// then). A member that was paused (SIGSTOP, a long GC, a frozen VM) for
+// longer than that may have been replaced without knowing it yet: work
+// done for its tasks must not be written until a heartbeat answers again
+// (then either Active is true, or Handler.Lost has been called).
 func (m *Member) Active() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.live && (m.joining || time.Since(m.lastAlive) < m.cfg.SessionTimeout)
+	since := time.Since(m.lastAlive)
+	return m.live && (since < m.cfg.SessionTimeout || m.joining && since < m.cfg.RebalanceTimeout)
 }
 
 func (m *Member) alive() {

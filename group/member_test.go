@@ -817,7 +817,8 @@ func TestActiveNeedsARecentHeartbeat(t *testing.T) {
 		{true, false, 900 * time.Millisecond, true},
 		{true, false, 1100 * time.Millisecond, false},
 		{false, false, 0, false},
-		{true, true, 5 * time.Second, true},
+		{true, true, 5 * time.Second, true},   // within the rebalance timeout (30s)
+		{true, true, 31 * time.Second, false}, // past it: the JoinGroup never reached the coordinator
 		{false, true, 0, false},
 	} {
 		m.mu.Lock()
