@@ -335,8 +335,8 @@ func (b *bench) restore(ctx context.Context) error {
 	return nil
 }
 
-// scrape reads the Prometheus text exposition at url into name → value
-// for unlabelled samples.
+// scrape reads the Prometheus text exposition at url into name → value,
+// the value of a labelled metric being the sum over its series.
 func scrape(url string) (map[string]float64, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -350,12 +350,15 @@ func scrape(url string) (map[string]float64, error) {
 		if strings.HasPrefix(line, "#") {
 			continue
 		}
-		name, val, ok := strings.Cut(line, " ")
-		if !ok || strings.Contains(name, "{") {
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
 			continue
 		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-			out[name] = v
+		// A labelled series adds to its family's total (e.g.
+		// joiner_restore_records_total over its reasons).
+		name, _, _ := strings.Cut(line[:i], "{")
+		if v, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64); err == nil {
+			out[name] += v
 		}
 	}
 	return out, sc.Err()

@@ -87,10 +87,47 @@ func (w *Processor) commitLoop(ctx context.Context) {
 }
 
 // commit commits the acknowledged notification offsets and the applied
-// market offsets that changed since the last commit.
+// market offsets of the active tasks that changed since the last commit.
+// Standby tasks (Processor.standbys) are never committed.
 func (w *Processor) commit(ctx context.Context) error {
 	w.commitMu.Lock()
 	defer w.commitMu.Unlock()
+	w.mu.RLock()
+	offsets, notifTs := w.offsetsLocked(w.procs, w.states)
+	w.mu.RUnlock()
+	return w.commitLocked(ctx, offsets, notifTs)
+}
+
+// commitFinal commits the last offsets of tasks Assigned has stopped
+// (revoked, or restarted in another role): they are no longer in w.procs
+// and w.states, so commit does not see them. The committed offsets they
+// leave are forgotten, so that a task assigned here again commits afresh.
+func (w *Processor) commitFinal(ctx context.Context, procs []*processTask, states []*stateTask) error {
+	pm := make(map[int]*processTask, len(procs))
+	for _, t := range procs {
+		pm[t.p] = t
+	}
+	sm := make(map[int]*stateTask, len(states))
+	for _, s := range states {
+		sm[s.p] = s
+	}
+	w.commitMu.Lock()
+	defer w.commitMu.Unlock()
+	offsets, notifTs := w.offsetsLocked(pm, sm)
+	err := w.commitLocked(ctx, offsets, notifTs)
+	for p := range pm {
+		delete(w.committed[w.cfg.Topics.Notifications], p)
+	}
+	for p := range sm {
+		delete(w.committed[w.cfg.Topics.Market], p)
+	}
+	return err
+}
+
+// offsetsLocked returns the offsets of procs and states not committed yet,
+// and the timestamps of the notifications they cover per merged task.
+// w.commitMu is held, and w.mu when the maps are the Processor's.
+func (w *Processor) offsetsLocked(procs map[int]*processTask, states map[int]*stateTask) (map[string]map[int]int64, map[*stateTask]int64) {
 	offsets := map[string]map[int]int64{}
 	add := func(topic string, p int, next int64) {
 		if next < 0 || w.committed[topic][p] == next {
@@ -104,8 +141,7 @@ func (w *Processor) commit(ctx context.Context) error {
 	// The timestamps of the notifications committed, per merged task, for
 	// the pruning of its history once the commit succeeds.
 	notifTs := map[*stateTask]int64{}
-	w.mu.RLock()
-	for p, t := range w.procs {
+	for p, t := range procs {
 		ts := t.ackedTs.Load()
 		next := t.acked.Load()
 		add(w.cfg.Topics.Notifications, p, next)
@@ -113,15 +149,22 @@ func (w *Processor) commit(ctx context.Context) error {
 			notifTs[t.st] = ts
 		}
 	}
-	for p, st := range w.states {
+	for p, st := range states {
 		// Only a restored task knows where the market stands; its offset
 		// never goes below what the group has committed (a store restored
-		// from scratch starts below it).
+		// from scratch starts below it). Standbys never get here.
+		if st.isStandby() {
+			continue
+		}
 		if next, ok := st.marketCommit(); ok {
 			add(w.cfg.Topics.Market, p, next)
 		}
 	}
-	w.mu.RUnlock()
+	return offsets, notifTs
+}
+
+// commitLocked commits offsets; w.commitMu is held.
+func (w *Processor) commitLocked(ctx context.Context, offsets map[string]map[int]int64, notifTs map[*stateTask]int64) error {
 	if len(offsets) == 0 || w.member == nil {
 		return nil
 	}

@@ -126,7 +126,8 @@ type fakeRig struct {
 	member *startedMember
 }
 
-func newFakeRig(t *testing.T) *fakeRig {
+// newFakeRig starts a Processor on fakes; opts adjust its Config.
+func newFakeRig(t *testing.T, opts ...func(*Config)) *fakeRig {
 	t.Helper()
 	stores, err := statestore.Open(statestore.Options{Dirs: []string{t.TempDir()}, Group: "g", CacheBytes: 1 << 20})
 	if err != nil {
@@ -134,9 +135,13 @@ func newFakeRig(t *testing.T) *fakeRig {
 	}
 	t.Cleanup(func() { stores.Close() })
 	r := &fakeRig{f: newFakeFetcher(), out: &fakeWriter{}, member: &startedMember{started: make(chan struct{})}}
-	r.w, err = NewProcessor(Config{Client: r.f, Writer: r.out, Stores: stores, InstanceID: "w",
+	cfg := Config{Client: r.f, Writer: r.out, Stores: stores, InstanceID: "w",
 		FetchMaxWait: 5 * time.Millisecond, MaxTaskIdle: 50 * time.Millisecond, CommitInterval: time.Hour,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r.w, err = NewProcessor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,13 @@ import (
 	"sync"
 )
 
-// gate pauses the processing of notifications during a rebalance. Process
-// tasks pass through it around each batch; Rebalancing closes it and waits
-// for the batches in flight, so the commit it makes covers everything
-// processed and nothing is processed again by a task's next owner. Assigned
-// opens it again: the tasks that stay resume at once.
+// gate pauses the processing of one task's notifications. Each process task
+// has its own and passes through it around each batch (a chunk handed to
+// the outbox stays in flight until it is acknowledged). When a rebalance
+// revokes the task, Assigned closes its gate and waits for the batches in
+// flight, then stops the task and commits its offsets: the commit covers
+// everything it processed and its next owner processes nothing again. The
+// tasks that stay never pass a closed gate; at shutdown every gate closes.
 type gate struct {
 	mu       sync.Mutex
 	closed   bool
@@ -63,14 +65,21 @@ func (g *gate) leave() {
 	}
 }
 
-// close stops new batches and waits for those in flight, or until ctx is
-// done. It reports whether they all finished.
-func (g *gate) close(ctx context.Context) bool {
+// shut stops new batches without waiting for those in flight.
+func (g *gate) shut() {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if !g.closed {
 		g.closed = true
 		g.open = make(chan struct{})
 	}
+}
+
+// close stops new batches and waits for those in flight, or until ctx is
+// done. It reports whether they all finished.
+func (g *gate) close(ctx context.Context) bool {
+	g.shut()
+	g.mu.Lock()
 	if g.inflight == 0 {
 		g.mu.Unlock()
 		return true

@@ -85,7 +85,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 			return
 		}
 		err := m.pass(ctx)
-		w.gate.leave()
+		t.gate.leave()
 		if errors.Is(err, errLookup) && ctx.Err() == nil {
 			// What was joined before the failure is written; the rest
 			// waits in the buffers.
@@ -186,7 +186,7 @@ func (m *merger) progressed() {
 // nothing more.
 func (m *merger) enterGate(ctx context.Context) error {
 	began := time.Now()
-	if err := m.t.w.gate.enter(ctx); err != nil {
+	if err := m.t.gate.enter(ctx); err != nil {
 		return err
 	}
 	if !m.waitStart.IsZero() {
@@ -302,12 +302,12 @@ func (m *merger) pass(ctx context.Context) error {
 		}
 		// The chunk stays in flight for the rebalance gate until the
 		// outbox has it acknowledged.
-		t.w.gate.hold()
+		t.gate.hold()
 		select {
 		case m.out <- c:
 			return nil
 		case <-ctx.Done():
-			t.w.gate.leave()
+			t.gate.leave()
 			return ctx.Err()
 		}
 	}

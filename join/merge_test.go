@@ -149,21 +149,21 @@ func TestMergePassHoldsTicksForOlderNotifications(t *testing.T) {
 	}
 }
 
-// A pause at the rebalance gate longer than MaxTaskIdle does not count as
+// A pause at the task's gate longer than MaxTaskIdle does not count as
 // idle time: the wait for the other side resumes where it was.
 func TestMergeIdleClockStopsAtTheGate(t *testing.T) {
 	w, pt, _ := newTestWorker(t)
 	w.cfg.MaxTaskIdle = 100 * time.Millisecond
 	m := merger{t: pt, st: pt.st, waitStart: time.Now()}
-	w.gate.close(context.Background())
+	pt.gate.close(context.Background())
 	go func() {
 		time.Sleep(3 * w.cfg.MaxTaskIdle)
-		w.gate.reopen()
+		pt.gate.reopen()
 	}()
 	if err := m.enterGate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	w.gate.leave()
+	pt.gate.leave()
 	if waited := time.Since(m.waitStart); waited >= w.cfg.MaxTaskIdle {
 		t.Errorf("after a gate pause of %v the wait counts %v idle, want less than MaxTaskIdle (%v)", 3*w.cfg.MaxTaskIdle, waited, w.cfg.MaxTaskIdle)
 	}
@@ -218,14 +218,14 @@ func TestOutboxChunksHoldTheGate(t *testing.T) {
 	}
 	m := merger{t: pt, st: pt.st, nbuf: nbuf, force: true, lag: w.metrics.TaskLag.WithLabelValues("0")}
 	m.out = pt.startOutbox(ctx, &wg)
-	if err := w.gate.enter(ctx); err != nil {
+	if err := pt.gate.enter(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.gate.leave()
-	if !w.gate.close(ctx) {
+	pt.gate.leave()
+	if !pt.gate.close(ctx) {
 		t.Fatal("the gate did not drain")
 	}
 	if got, want := pt.acked.Load(), int64(len(nbuf)); got != want {

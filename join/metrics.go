@@ -16,7 +16,7 @@ type Metrics struct {
 	Tasks            *prometheus.GaugeVec   // joiner_tasks{role}
 	Rebalances       prometheus.Counter     // joiner_rebalances_total
 	TasksMoved       prometheus.Counter     // joiner_tasks_moved_total
-	RestoreRecords   prometheus.Counter     // joiner_restore_records_total
+	RestoreRecords   *prometheus.CounterVec // joiner_restore_records_total{reason}
 	RestoreSeconds   prometheus.Histogram   // joiner_restore_seconds
 	TaskLag          *prometheus.GaugeVec   // joiner_task_lag_records{task}
 	DeadLetters      *prometheus.CounterVec // joiner_dead_letters_total{reason}
@@ -29,7 +29,29 @@ type Metrics struct {
 	FetchErrors      prometheus.Counter     // joiner_fetch_errors_total
 	PruneSeconds     prometheus.Histogram   // joiner_prune_seconds
 	TasksLost        prometheus.Counter     // joiner_tasks_lost_total
+	RebalancePause   prometheus.Histogram   // joiner_rebalance_pause_seconds
+	TasksRevoked     prometheus.Counter     // joiner_rebalance_tasks_revoked_total
+	TasksAssigned    prometheus.Counter     // joiner_rebalance_tasks_assigned_total
+	StandbyLag       *prometheus.GaugeVec   // joiner_standby_lag_records{task}
 }
+
+// Reasons of joiner_restore_records_total: why market records were applied
+// to a store other than by an active task's tail.
+const (
+	// ReasonMove: an active task restoring a store it did not hold as a
+	// standby or warm-up (a new one, or one left on disk).
+	ReasonMove = "move"
+	// ReasonFailover: an active task restoring the tail after the copy it
+	// held as a standby or warm-up.
+	ReasonFailover = "failover"
+	// ReasonStandby and ReasonWarmup: a standby or warm-up copy catching up
+	// and tailing.
+	ReasonStandby = "standby"
+	ReasonWarmup  = "warmup"
+)
+
+// RestoreReasons lists every reason, for metrics and Stats.
+var RestoreReasons = []string{ReasonMove, ReasonFailover, ReasonStandby, ReasonWarmup}
 
 // NewMetrics registers the worker metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -41,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		Tasks: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "joiner_tasks",
-			Help: "Tasks held by this member, by role: active (assigned) and restoring (assigned, state not yet restored).",
+			Help: "Tasks held by this member, by role: active (assigned), restoring (assigned, state not yet restored), standby (standby copies, warm-ups included) and warmup (warm-up copies).",
 		}, []string{"role"}),
 		Rebalances: f.NewCounter(prometheus.CounterOpts{
 			Name: "joiner_rebalances_total",
@@ -51,10 +73,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "joiner_tasks_moved_total",
 			Help: "Tasks that changed owner, as reported by the plans this member computed as group leader (sum over members for the group total).",
 		}),
-		RestoreRecords: f.NewCounter(prometheus.CounterOpts{
+		RestoreRecords: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "joiner_restore_records_total",
-			Help: "Market records read to restore task state before processing.",
-		}),
+			Help: "Market records applied to task stores other than by an active task's tail, by reason: move (an active task restoring a store it did not hold as a standby), failover (an active task restoring the tail after its standby or warm-up copy), standby and warmup (a standby or warm-up copy catching up and tailing).",
+		}, []string{"reason"}),
 		RestoreSeconds: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "joiner_restore_seconds",
 			Help:    "Time to restore one task's state from the market topic.",
@@ -106,13 +128,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "joiner_tasks_lost_total",
 			Help: "Tasks stopped because this member's group membership was lost (they restart from the committed offsets if assigned again).",
 		}),
+		RebalancePause: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "joiner_rebalance_pause_seconds",
+			Help:    "One observation per task a rebalance paused on this member (a task revoked, or changing role): from when it stopped taking batches to when its offsets were committed and its store closed or handed over. Tasks that stay observe nothing.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		TasksRevoked: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_rebalance_tasks_revoked_total",
+			Help: "Active tasks this member gave up in rebalances (sum over rebalances).",
+		}),
+		TasksAssigned: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_rebalance_tasks_assigned_total",
+			Help: "Active tasks this member received in rebalances (sum over rebalances).",
+		}),
+		StandbyLag: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "joiner_standby_lag_records",
+			Help: "Market records a standby or warm-up copy lacks: the market partition's end offset (the high watermark of its last fetch) minus the next offset its store lacks.",
+		}, []string{"task"}),
 	}
 	// Pre-create the label values users alert on, so absent series do not
 	// hide a problem.
 	for _, r := range []record.Result{record.ResultLocal, record.ResultRemote, record.ResultLate, record.ResultMiss} {
 		m.Joins.WithLabelValues(string(r))
 	}
-	for _, r := range []string{"active", "restoring"} {
+	for _, r := range RestoreReasons {
+		m.RestoreRecords.WithLabelValues(r)
+	}
+	for _, r := range []string{"active", "restoring", roleStandby, roleWarmup} {
 		m.Tasks.WithLabelValues(r)
 	}
 	for _, r := range []string{record.ReasonInvalidJSON, record.ReasonMissingField, record.ReasonWrongType, record.ReasonOversized, record.ReasonInvalidValue} {

@@ -12,6 +12,7 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 	m := NewMetrics(reg)
 	m.TaskLag.WithLabelValues("0").Set(1)
 	m.Records.WithLabelValues("market").Inc()
+	m.StandbyLag.WithLabelValues("0").Set(1)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -26,6 +27,8 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 	for _, name := range []string{
 		"joiner_joins_total", "joiner_tasks", "joiner_rebalances_total", "joiner_tasks_moved_total",
 		"joiner_restore_records_total", "joiner_restore_seconds", "joiner_task_lag_records", "joiner_dead_letters_total",
+		"joiner_rebalance_pause_seconds", "joiner_rebalance_tasks_revoked_total", "joiner_rebalance_tasks_assigned_total",
+		"joiner_standby_lag_records",
 	} {
 		found := false
 		for _, mf := range mfs {

@@ -113,7 +113,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<
 			for {
 				select {
 				case <-ch:
-					t.w.gate.leave()
+					t.gate.leave()
 				default:
 					return
 				}
@@ -128,7 +128,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<
 				if err == nil {
 					t.ack(c.next, c.ts)
 				}
-				t.w.gate.leave()
+				t.gate.leave()
 				if err != nil {
 					return
 				}

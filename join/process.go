@@ -24,10 +24,12 @@ type processTask struct {
 	acked   atomic.Int64 // -1 until the first batch is acknowledged
 	// ackedTs is the greatest timestamp of the acknowledged notifications.
 	ackedTs atomic.Int64
+	// gate pauses this task's batches when it is revoked (worker.go).
+	gate *gate
 }
 
 func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
-	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{})}
+	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{}), gate: newGate()}
 	t.acked.Store(-1)
 	t.ackedTs.Store(-1)
 	return t
@@ -85,11 +87,11 @@ func (t *processTask) run(ctx context.Context) {
 		if len(recs) == 0 {
 			continue
 		}
-		if err := w.gate.enter(ctx); err != nil {
+		if err := t.gate.enter(ctx); err != nil {
 			return
 		}
 		err = t.handle(ctx, recs)
-		w.gate.leave()
+		t.gate.leave()
 		if err != nil {
 			// Not acknowledged: read the batch again.
 			r.next = recs[0].Offset

@@ -19,13 +19,33 @@ import (
 // stopped (its task left this member).
 var errTaskStopped = errors.New("task stopped on this member")
 
+// Roles of a state task: the active one (this member owns the task) or a
+// copy kept for a failover: a standby, or a warm-up (a standby the plan
+// will make active once it is caught up).
+const (
+	roleActive  = "active"
+	roleStandby = "standby"
+	roleWarmup  = "warmup"
+)
+
 // stateTask owns the state of one task: the Pebble store of partition p of
 // the market topic. It restores the store from the market topic, then tails
 // it, applying each fetched batch of ticks with its offset in one Pebble
 // batch.
+//
+// A standby (or warm-up) state task does the same into its own store, but
+// never dead-letters, is never committed, serves no lookups and has no
+// process task; the Processor keeps it apart (Processor.standbys).
 type stateTask struct {
 	w *Processor
 	p int
+
+	// role is roleActive, roleStandby or roleWarmup; a standby may switch
+	// between the last two while it runs. Set before the task starts.
+	role atomic.Value
+	// fromCopy is set on an active task whose store was this member's
+	// standby or warm-up copy: what it restores counts as a failover.
+	fromCopy bool
 
 	restored chan struct{} // closed when the restore is complete
 	stopped  chan struct{} // closed when run returns
@@ -74,7 +94,59 @@ func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *st
 		changed:  make(chan struct{}),
 	}
 	s.committedTs.Store(-1)
+	s.role.Store(roleActive)
 	return s
+}
+
+// newStandbyTask is a standby state task of p on store; warmup marks a
+// warm-up copy.
+func newStandbyTask(w *Processor, p int, store *statestore.Store, warmup bool) *stateTask {
+	s := newStateTask(w, p, store, false)
+	s.setRole(warmup)
+	return s
+}
+
+// setRole makes a standby task a warm-up or a plain standby.
+func (s *stateTask) setRole(warmup bool) {
+	if warmup {
+		s.role.Store(roleWarmup)
+	} else {
+		s.role.Store(roleStandby)
+	}
+}
+
+func (s *stateTask) roleName() string { return s.role.Load().(string) }
+
+func (s *stateTask) isStandby() bool { return s.roleName() != roleActive }
+
+// restoreReason is the reason label of the records this task applies
+// outside an active tail.
+func (s *stateTask) restoreReason() string {
+	switch r := s.roleName(); {
+	case r != roleActive:
+		return r // ReasonStandby, ReasonWarmup
+	case s.fromCopy:
+		return ReasonFailover
+	default:
+		return ReasonMove
+	}
+}
+
+// countRestored counts n records applied by the restore, or by the tail of
+// a standby, in joiner_restore_records_total.
+func (s *stateTask) countRestored(n int) {
+	if n > 0 {
+		s.w.metrics.RestoreRecords.WithLabelValues(s.restoreReason()).Add(float64(n))
+	}
+}
+
+// observeEnd sets a standby's lag gauge from the market's end offset (a
+// fetch's high watermark).
+func (s *stateTask) observeEnd(hwm int64) {
+	if hwm < 0 || !s.isStandby() {
+		return
+	}
+	s.w.metrics.StandbyLag.WithLabelValues(taskLabel(s.p)).Set(float64(max(hwm-(s.appliedOffset()+1), 0)))
 }
 
 // isRestored reports whether the restore is complete.
@@ -177,17 +249,27 @@ func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
 	w := s.w
 	log := w.log.With("task", s.p, "topic", w.cfg.Topics.Market)
+	// Record the store's role on disk, so that after a restart a standby
+	// copy is held (Processor.Held) but not claimed as owned (Owned).
+	if err := s.store.SetStandby(s.isStandby()); err != nil {
+		log.Warn("cannot record the role of the task store; after a restart it may be reported as owned", "role", s.roleName(), "err", err)
+	}
 	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
 	// Market records below the group's committed market offset were routed
-	// by an earlier owner; dead-letter only the ones after it.
-	dlqFrom, err := w.committedOffset(ctx, w.cfg.Topics.Market, s.p)
-	if err != nil {
-		return
+	// by an earlier owner; dead-letter only the ones after it. A standby
+	// dead-letters nothing: the active owner does.
+	dlqFrom := int64(math.MaxInt64)
+	if !s.isStandby() {
+		var err error
+		if dlqFrom, err = w.committedOffset(ctx, w.cfg.Topics.Market, s.p); err != nil {
+			return
+		}
 	}
 	s.dlqFrom = dlqFrom
 
 	began := time.Now()
 	var first, end int64
+	var err error
 	for attempt := 0; ; attempt++ {
 		first, end, err = r.bounds(ctx)
 		if err == nil {
@@ -203,14 +285,19 @@ func (s *stateTask) run(ctx context.Context) {
 		// holds nothing before first.
 		r.next = first
 	}
-	log.Info("restore started", "from_offset", r.next, "end_offset", end)
+	log.Info("restore started", "from_offset", r.next, "end_offset", end, "role", s.roleName(), "reason", s.restoreReason())
+	s.observeEnd(end)
 	restoredRecords, ok := s.restore(ctx, r, end, dlqFrom, log)
 	if !ok {
 		return
 	}
 	secs := time.Since(began).Seconds()
-	w.metrics.RestoreSeconds.Observe(secs)
-	w.restoredRecords.Add(restoredRecords)
+	if !s.isStandby() {
+		// Stats and joiner_restore_seconds cover what kept an active task
+		// from processing; a standby's catch-up is counted by reason only.
+		w.metrics.RestoreSeconds.Observe(secs)
+		w.restoredRecords.Add(restoredRecords)
+	}
 	s.resumeAt = r.next
 	close(s.restored)
 	w.updateTaskGauges()
@@ -277,7 +364,8 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		next = f.next
 		s.advance(next, nil)
 		n += int64(len(f.recs))
-		w.metrics.RestoreRecords.Add(float64(len(f.recs)))
+		s.countRestored(len(f.recs))
+		s.observeEnd(f.hwm)
 		if time.Since(lastLog) >= time.Second {
 			log.Info("restoring", "offset", next, "end_offset", end, "records", n)
 			lastLog = time.Now()
@@ -306,6 +394,10 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 			return 0, false
 		}
 		s.advance(r.next, nil)
+		if s.isStandby() {
+			s.countRestored(len(recs))
+			s.observeEnd(r.hwm)
+		}
 		return len(recs), true
 	}
 }

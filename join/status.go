@@ -54,14 +54,27 @@ type Stats struct {
 	Tasks []int `json:"-"`
 	// StateTasks are the market partitions whose state it holds.
 	StateTasks []int `json:"-"`
-	Local      int64 `json:"local"`
-	Remote     int64 `json:"remote"`
-	Miss       int64 `json:"miss"`
-	Late       int64 `json:"late"`
+	// StandbyTasks are the tasks it keeps a standby copy of, warm-ups
+	// included; WarmupTasks the warm-ups among them.
+	StandbyTasks []int `json:"-"`
+	WarmupTasks  []int `json:"-"`
+	Local        int64 `json:"local"`
+	Remote       int64 `json:"remote"`
+	Miss         int64 `json:"miss"`
+	Late         int64 `json:"late"`
 	// RestoredRecords counts market records read by restores; Restores
 	// counts the state tasks started (each restores before it tails).
 	RestoredRecords int64 `json:"restored_records"`
 	Restores        int64 `json:"restores"`
+	// The market records applied outside an active tail, by reason (as
+	// joiner_restore_records_total): restores of tasks this member did
+	// not hold a copy of (move), restores of the tail after a standby or
+	// warm-up copy (failover), and the catch-up and tail of standby and
+	// warm-up copies.
+	RestoredMove     int64 `json:"restored_move"`
+	RestoredFailover int64 `json:"restored_failover"`
+	RestoredStandby  int64 `json:"restored_standby"`
+	RestoredWarmup   int64 `json:"restored_warmup"`
 	// MovedTotal sums the moved counts of the plans this worker computed
 	// as leader.
 	MovedTotal int64 `json:"moved_total"`
@@ -73,17 +86,23 @@ func (w *Processor) Stats() Stats {
 	a := w.assignment
 	w.mu.RUnlock()
 	return Stats{
-		Instance:        w.cfg.InstanceID,
-		Generation:      a.Generation,
-		Tasks:           slices.Clone(a.Topics[w.cfg.Topics.Notifications]),
-		StateTasks:      slices.Clone(a.Topics[w.cfg.Topics.Market]),
-		Local:           counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLocal))),
-		Remote:          counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultRemote))),
-		Miss:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultMiss))),
-		Late:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLate))),
-		RestoredRecords: w.restoredRecords.Load(),
-		Restores:        w.restores.Load(),
-		MovedTotal:      counterValue(w.metrics.TasksMoved),
+		Instance:         w.cfg.InstanceID,
+		Generation:       a.Generation,
+		Tasks:            slices.Clone(a.Topics[w.cfg.Topics.Notifications]),
+		StateTasks:       slices.Clone(a.Topics[w.cfg.Topics.Market]),
+		StandbyTasks:     slices.Clone(a.Standby),
+		WarmupTasks:      slices.Clone(a.Warmup),
+		Local:            counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLocal))),
+		Remote:           counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultRemote))),
+		Miss:             counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultMiss))),
+		Late:             counterValue(w.metrics.Joins.WithLabelValues(string(record.ResultLate))),
+		RestoredRecords:  w.restoredRecords.Load(),
+		Restores:         w.restores.Load(),
+		MovedTotal:       counterValue(w.metrics.TasksMoved),
+		RestoredMove:     counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonMove)),
+		RestoredFailover: counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonFailover)),
+		RestoredStandby:  counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonStandby)),
+		RestoredWarmup:   counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonWarmup)),
 	}
 }
 
@@ -97,6 +116,10 @@ type AssignmentView struct {
 	// the market partitions whose state is held here.
 	Tasks      []int `json:"tasks"`
 	StateTasks []int `json:"state_tasks"`
+	// StandbyTasks are the tasks with a standby copy here (warm-ups
+	// included), WarmupTasks the warm-ups among them.
+	StandbyTasks []int `json:"standby_tasks"`
+	WarmupTasks  []int `json:"warmup_tasks"`
 	// Owners[p] is the instance id owning task p's state.
 	Owners []string `json:"owners"`
 	// Moved is the moved count of this generation's plan.
@@ -121,6 +144,13 @@ func (w *Processor) View() AssignmentView {
 	}
 	if v.StateTasks == nil {
 		v.StateTasks = []int{}
+	}
+	v.StandbyTasks, v.WarmupTasks = v.Stats.StandbyTasks, v.Stats.WarmupTasks
+	if v.StandbyTasks == nil {
+		v.StandbyTasks = []int{}
+	}
+	if v.WarmupTasks == nil {
+		v.WarmupTasks = []int{}
 	}
 	for i, o := range a.Owners {
 		v.Owners[i] = o.InstanceID

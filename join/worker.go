@@ -6,6 +6,23 @@
 // price, write the enriched alerts, and dead-letter malformed records).
 // Joins are counted as local, remote or miss.
 //
+// For each standby task it is given (Assignment.Standby, warm-ups
+// included) it runs a standby state task: it tails market-p into the
+// task's store, but never processes notifications, never dead-letters,
+// serves no lookups and is never committed. When the task becomes active
+// here the store goes on, so only the tail after the standby's offset is
+// restored (counted as a failover); when it goes back to standby, the
+// store stays and only the process task stops.
+//
+// With cooperative rebalances (Config.CooperativeRebalancing) tasks keep
+// running from Rebalancing (which commits) to Assigned, which pauses only
+// the tasks that stop here, each at its own gate: their batches in flight
+// finish (bounded) or are abandoned unwritten, their final offsets are
+// committed in the new generation, and their stores are deleted or handed
+// to the task's new role. Tasks that stay never pause. With an eager group
+// every task pauses from Rebalancing to Assigned. Lost stops everything at
+// once.
+//
 // Delivery is at least once: alerts are acknowledged by Kafka before the
 // offsets of the notifications that produced them are committed, and a
 // store holds its prices and the market offset they came from in one batch.
@@ -19,7 +36,9 @@
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
-//	worker.go    the Processor: configuration, assignment diff, rebalance, stats
+//	gate.go      a process task's gate, closed when the task is revoked
+//	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
+//	status.go    readiness, Stats and the assignment view
 //
 // Record formats live in package record, the HTTP API in package httpapi.
 package join
@@ -85,6 +104,16 @@ type Config struct {
 	// offset starts: StartEarliest (the default) or StartLatest.
 	StartOffset string
 
+	// CooperativeRebalancing says that the group's rebalances are
+	// cooperative (see group.Handler): a task that moves is revoked from
+	// its old owner in one generation and given to its new owner only in
+	// a later one, so two members never run it at once. Then Rebalancing
+	// only commits, and a rebalance pauses only the tasks that stop here.
+	// When false (an eager group, which may hand a task straight to its
+	// next owner), Rebalancing pauses every task until the next Assigned,
+	// which resumes the ones that stay.
+	CooperativeRebalancing bool
+
 	// Registerer receives the worker's metrics. Default: a new registry,
 	// returned by Registry.
 	Registerer prometheus.Registerer
@@ -113,9 +142,13 @@ type Processor struct {
 	remote  *remoteClient
 
 	member Membership
-	gate   *gate // pauses notifications from Rebalancing to Assigned
 
 	faults storeFaults // tasks whose store failed (restore_faults.go)
+
+	// pausedAt is when Rebalancing paused every task (an eager group, see
+	// Config.CooperativeRebalancing); zero when it did not. Owned by the
+	// membership goroutine (Rebalancing, Assigned, Lost).
+	pausedAt time.Time
 
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
@@ -125,7 +158,8 @@ type Processor struct {
 	mu         sync.RWMutex
 	assigned   bool
 	assignment group.Assignment
-	states     map[int]*stateTask
+	states     map[int]*stateTask // active state tasks
+	standbys   map[int]*stateTask // standby and warm-up state tasks
 	procs      map[int]*processTask
 	cancels    map[any]context.CancelFunc
 	tasks      sync.WaitGroup
@@ -195,12 +229,12 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	}
 	cfg = cfg.withDefaults()
 	w := &Processor{
-		cfg:     cfg,
-		log:     cfg.Logger.With("instance", cfg.InstanceID),
-		states:  map[int]*stateTask{},
-		procs:   map[int]*processTask{},
-		cancels: map[any]context.CancelFunc{},
-		gate:    newGate(),
+		cfg:      cfg,
+		log:      cfg.Logger.With("instance", cfg.InstanceID),
+		states:   map[int]*stateTask{},
+		standbys: map[int]*stateTask{},
+		procs:    map[int]*processTask{},
+		cancels:  map[any]context.CancelFunc{},
 	}
 	reg := cfg.Registerer
 	if reg == nil {
@@ -246,7 +280,19 @@ func (w *Processor) Run(ctx context.Context, m Membership) error {
 
 // Assigned implements group.Handler: start new tasks, stop gone ones, keep
 // the others running untouched.
-func (w *Processor) Assigned(_ context.Context, a group.Assignment) {
+//
+// A task this member stops processing (revoked, or restarted in another
+// role) is paused alone: its gate closes, its batches in flight finish
+// (bounded by pauseTimeout and ctx) or are abandoned unwritten, it stops,
+// and its final offsets are committed in this generation before Assigned
+// returns; then its store is closed and deleted, or handed over when the
+// task stays here in another role (a standby, or an active task from a
+// standby). Each such task observes joiner_rebalance_pause_seconds once.
+// With cooperative rebalances the tasks that stay never pause. With an
+// eager group (Config.CooperativeRebalancing false) Rebalancing paused
+// every task: Assigned resumes the ones that stay, and each observes its
+// pause too.
+func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	w.stopStoreRetries()
 	w.metrics.Rebalances.Inc()
 	if a.Leader {
@@ -259,10 +305,20 @@ func (w *Processor) Assigned(_ context.Context, a group.Assignment) {
 	wantProc := a.Topics[w.cfg.Topics.Notifications]
 
 	// A task whose state and notifications are both here runs merged; a
-	// task that changes between merged and not is restarted.
+	// task that changes between merged and not is restarted. A task that
+	// is active here is not a standby here too.
 	inState, inProc := taskSet(wantState), taskSet(wantProc)
 	colocated := func(p int) bool { return inState[p] && inProc[p] }
+	inStandby, warm := map[int]bool{}, taskSet(a.Warmup)
+	var wantStandby []int
+	for _, p := range a.Standby {
+		if !inState[p] && !inProc[p] && !inStandby[p] {
+			inStandby[p] = true
+			wantStandby = append(wantStandby, p)
+		}
+	}
 	w.mu.Lock()
+	wasActive := w.activeLocked()
 	var stopProcs []*processTask
 	for p, t := range w.procs {
 		if !inProc[p] || (t.st != nil) != colocated(p) {
@@ -277,46 +333,119 @@ func (w *Processor) Assigned(_ context.Context, a group.Assignment) {
 			delete(w.states, p)
 		}
 	}
+	var stopStandbys []*stateTask
+	for p, t := range w.standbys {
+		if !inStandby[p] {
+			stopStandbys = append(stopStandbys, t)
+			delete(w.standbys, p)
+		} else {
+			t.setRole(warm[p])
+		}
+	}
 	w.mu.Unlock()
+	nowActive := map[int]bool{}
+	for p := range inState {
+		nowActive[p] = true
+	}
+	for p := range inProc {
+		nowActive[p] = true
+	}
+	revoked, assigned := 0, 0
+	for p := range wasActive {
+		if !nowActive[p] {
+			revoked++
+		}
+	}
+	for p := range nowActive {
+		if !wasActive[p] {
+			assigned++
+		}
+	}
+	w.metrics.TasksRevoked.Add(float64(revoked))
+	w.metrics.TasksAssigned.Add(float64(assigned))
 
+	// Pause the active tasks that stop, commit them, then dispose of their
+	// stores: kept for a role they take here, else closed and deleted.
+	began := time.Now()
+	if !w.pausedAt.IsZero() {
+		began = w.pausedAt // paused by Rebalancing (an eager group)
+	}
+	w.pause(ctx, stopProcs)
 	for _, t := range stopProcs {
 		w.stopTask(t, t.stopped)
 		w.metrics.TaskLag.DeleteLabelValues(taskLabel(t.p))
 	}
 	for _, t := range stopStates {
 		w.stopTask(t, t.stopped)
+	}
+	if len(stopProcs)+len(stopStates) > 0 {
+		if err := w.commitFinal(ctx, stopProcs, stopStates); err != nil {
+			w.log.Warn("committing the offsets of stopped tasks failed; their next owners may process some notifications again",
+				"state", taskIDs(stopStates), "process", taskIDs(stopProcs), "err", err)
+		}
+	}
+	for _, t := range stopStandbys {
+		w.stopTask(t, t.stopped)
+		w.metrics.StandbyLag.DeleteLabelValues(taskLabel(t.p))
+	}
+	// kept are the stores handed from a stopped task to the new one of
+	// the same task; copies are those that were standby or warm-up copies.
+	kept, copies := map[int]*statestore.Store{}, map[int]bool{}
+	for _, t := range slices.Concat(stopStates, stopStandbys) {
+		if inState[t.p] || inStandby[t.p] {
+			kept[t.p] = t.store
+			copies[t.p] = t.isStandby()
+			continue
+		}
 		if err := t.close(); err != nil {
 			w.log.Warn("closing task store", "task", t.p, "err", err)
 		}
-		// The task's new owner holds its state now. Dropping the stale
-		// copy bounds the disk and keeps the tasks reported after a
-		// restart (Config.Owned) to the ones this member really owned.
-		if !inState[t.p] {
-			if err := w.cfg.Stores.RemoveTask(t.p); err != nil {
-				w.log.Warn("removing the store of a revoked task", "task", t.p, "err", err)
-			}
+		// The task's owner (and its standbys) hold its state now. Dropping
+		// this copy bounds the disk and keeps the tasks reported after a
+		// restart (Config.Owned, Held) to the ones this member really held.
+		if err := w.cfg.Stores.RemoveTask(t.p); err != nil {
+			w.log.Warn("removing the store of a revoked task", "task", t.p, "err", err)
 		}
 	}
-	if len(stopProcs)+len(stopStates) > 0 {
-		w.log.Info("tasks revoked", "state", taskIDs(stopStates), "process", taskIDs(stopProcs))
+	paused := map[int]bool{}
+	for _, t := range stopProcs {
+		paused[t.p] = true
+	}
+	for _, t := range stopStates {
+		paused[t.p] = true
+	}
+	for range paused {
+		w.metrics.RebalancePause.Observe(time.Since(began).Seconds())
+	}
+	if len(stopProcs)+len(stopStates)+len(stopStandbys) > 0 {
+		w.log.Info("tasks revoked", "state", taskIDs(stopStates), "process", taskIDs(stopProcs), "standby", taskIDs(stopStandbys),
+			"paused_seconds", time.Since(began).Seconds())
 	}
 
 	// Build the new tasks, publish them with the assignment in one step
 	// (so /readyz never sees a half-applied assignment), then start them.
-	var newStates []*stateTask
+	var newStates, newStandbys []*stateTask
 	var newProcs []*processTask
 	fresh := map[int]*stateTask{}
+	storeOf := func(p int) (*statestore.Store, error) {
+		if s := kept[p]; s != nil {
+			delete(kept, p)
+			return s, nil
+		}
+		return w.openStore(p)
+	}
 	w.mu.RLock()
 	for _, p := range wantState {
 		if _, ok := w.states[p]; ok {
 			continue
 		}
-		store, err := w.openStore(p)
+		store, err := storeOf(p)
 		if err != nil {
 			w.storeFaultLocked(p, err)
 			continue
 		}
 		st := newStateTask(w, p, store, colocated(p))
+		st.fromCopy = copies[p]
 		newStates = append(newStates, st)
 		fresh[p] = st
 	}
@@ -335,51 +464,160 @@ func (w *Processor) Assigned(_ context.Context, a group.Assignment) {
 		}
 		newProcs = append(newProcs, newProcessTask(w, p, st))
 	}
+	for _, p := range wantStandby {
+		if _, ok := w.standbys[p]; ok {
+			continue
+		}
+		store, err := storeOf(p)
+		if err != nil {
+			// A standby is an optimisation: without it the task's next
+			// owner restores more. It is tried again at the next rebalance.
+			w.log.Warn("cannot open the store of a standby task; this member keeps no copy of it", "task", p, "err", err)
+			continue
+		}
+		newStandbys = append(newStandbys, newStandbyTask(w, p, store, warm[p]))
+	}
 	w.mu.RUnlock()
+	for p, s := range kept { // not taken by a new task (cannot happen): do not leak it open
+		if err := s.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {
+			w.log.Warn("closing task store", "task", p, "err", err)
+		}
+	}
 	w.mu.Lock()
 	w.assigned = true
 	w.assignment = a
 	for _, st := range newStates {
 		w.states[st.p] = st
 	}
+	for _, st := range newStandbys {
+		w.standbys[st.p] = st
+	}
 	for _, pt := range newProcs {
 		w.procs[pt.p] = pt
 	}
 	w.mu.Unlock()
 	w.restores.Add(int64(len(newStates)))
-	for _, st := range newStates {
+	for _, st := range slices.Concat(newStates, newStandbys) {
 		w.startTask(st, st.run)
 	}
 	for _, pt := range newProcs {
 		w.startTask(pt, pt.run)
 	}
-	started := taskIDs(newStates)
+	if !w.pausedAt.IsZero() {
+		// An eager rebalance paused every task: resume the ones that stay.
+		w.mu.RLock()
+		for _, t := range w.procs {
+			if !slices.Contains(newProcs, t) {
+				t.gate.reopen()
+				w.metrics.RebalancePause.Observe(time.Since(w.pausedAt).Seconds())
+			}
+		}
+		w.mu.RUnlock()
+		w.pausedAt = time.Time{}
+	}
 	w.retryStores()
 	w.updateTaskGauges()
-	w.gate.reopen()
 	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
-		"state_tasks", wantState, "process_tasks", wantProc, "new_state_tasks", started)
+		"state_tasks", wantState, "process_tasks", wantProc, "standby_tasks", wantStandby, "warmup_tasks", a.Warmup,
+		"new_state_tasks", taskIDs(newStates), "new_standby_tasks", taskIDs(newStandbys))
+}
+
+// Held returns every task whose store this member holds, active, standby
+// or left on disk, with the next market offset the store lacks (its
+// applied offset + 1): group.Config.Held, reported to the leader before
+// each JoinGroup for lag-aware placement. Open stores are read live, closed
+// ones once (statestore.Manager.Held). Tasks that failed on this member
+// are left out. Nil when the stores cannot be listed.
+func (w *Processor) Held() map[int]int64 {
+	held, err := w.cfg.Stores.Held()
+	if err != nil {
+		w.log.Warn("cannot list the task stores held here; the group leader places tasks without their lags", "err", err)
+		return nil
+	}
+	w.faults.mu.Lock()
+	for p := range w.faults.failed {
+		delete(held, p)
+	}
+	w.faults.mu.Unlock()
+	return held
+}
+
+// Owned returns the tasks whose store on disk this member used as their
+// active owner, ascending: group.Config.Owned, reported after a restart
+// (instead of statestore.Manager.Tasks, which also lists standby copies,
+// which are reported through Held only). Nil when the stores cannot be
+// listed.
+func (w *Processor) Owned() []int {
+	tasks, err := w.cfg.Stores.ActiveTasks()
+	if err != nil {
+		w.log.Warn("cannot list the task stores held here", "err", err)
+		return nil
+	}
+	return tasks
+}
+
+// activeLocked returns the tasks this member runs as active (a state or a
+// process task); w.mu is held.
+func (w *Processor) activeLocked() map[int]bool {
+	out := make(map[int]bool, len(w.states)+len(w.procs))
+	for p := range w.states {
+		out[p] = true
+	}
+	for p := range w.procs {
+		out[p] = true
+	}
+	return out
+}
+
+// pause closes the gates of ts and waits for their batches in flight,
+// for at most pauseTimeout (and ctx): a batch stuck on an unavailable
+// Kafka must not hold the rebalance up (it is then abandoned by its
+// task's stop: its alerts may be written twice, never lost).
+func (w *Processor) pause(ctx context.Context, ts []*processTask) {
+	if len(ts) == 0 {
+		return
+	}
+	for _, t := range ts {
+		t.gate.shut()
+	}
+	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
+	defer cancel()
+	var stuck []int
+	for _, t := range ts {
+		if !t.gate.close(pctx) {
+			stuck = append(stuck, t.p)
+		}
+	}
+	if len(stuck) > 0 {
+		w.log.Warn("batches still in flight when their tasks were revoked; their alerts may be written again by the next owner", "tasks", stuck)
+	}
 }
 
 // Rebalancing implements group.Handler: commit what has been processed
-// while this generation still can. When the worker is shutting down, the
-// tasks are stopped first so the commit is final.
+// while this generation still can. With cooperative rebalances the tasks
+// keep running through the rebalance (Assigned pauses only those that
+// stop); with an eager group every task pauses until the next Assigned, so
+// that the commit covers all that was processed and a moved task's next
+// owner does not process it again. When the worker is shutting down, every
+// task is paused and stopped first so the commit is final.
 func (w *Processor) Rebalancing(ctx context.Context) {
-	// Pause notifications until the next assignment (or the end), so that
-	// the commit covers all that was processed and a moved task's next
-	// owner does not process it again. Bounded: a batch stuck on an
-	// unavailable Kafka must not hold the rebalance up (its alerts may then
-	// be written twice, never lost).
-	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
-	if !w.gate.close(pctx) {
-		w.log.Warn("batches still in flight when the rebalance started; their alerts may be written again by the next owner")
+	if w.shuttingDown() || !w.cfg.CooperativeRebalancing {
+		w.mu.RLock()
+		procs := make([]*processTask, 0, len(w.procs))
+		for _, t := range w.procs {
+			procs = append(procs, t)
+		}
+		w.mu.RUnlock()
+		if w.pausedAt.IsZero() {
+			w.pausedAt = time.Now()
+		}
+		w.pause(ctx, procs)
 	}
-	cancel()
 	if w.shuttingDown() {
 		w.stopAll()
 	}
 	if err := w.commit(ctx); err != nil {
-		w.log.Info("the commit at the rebalance failed; the next owners may process some notifications again", "err", err)
+		w.log.Info("the commit at the rebalance failed; it is retried, and the next owners may process some notifications again", "err", err)
 	}
 }
 
@@ -388,7 +626,7 @@ func (w *Processor) Rebalancing(ctx context.Context) {
 // batches in flight are abandoned unwritten (their contexts end), nothing
 // is committed, and the stores are closed but kept on disk (they are
 // versioned, so a task assigned here again restores only what it lacks and
-// resumes from the group's committed offsets).
+// resumes from the group's committed offsets). Standby tasks stop too.
 func (w *Processor) Lost(_ context.Context, err error) {
 	w.mu.Lock()
 	n := len(w.procs)
@@ -399,6 +637,7 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.stopAll()
 	w.mu.Lock()
 	w.states = map[int]*stateTask{}
+	w.standbys = map[int]*stateTask{}
 	w.procs = map[int]*processTask{}
 	w.assigned = false
 	w.assignment = group.Assignment{}
@@ -406,7 +645,9 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.commitMu.Lock()
 	w.committed = nil
 	w.commitMu.Unlock()
+	w.pausedAt = time.Time{}
 	w.metrics.TaskLag.Reset()
+	w.metrics.StandbyLag.Reset()
 	w.updateTaskGauges()
 }
 
@@ -459,7 +700,13 @@ func (w *Processor) stopAll() {
 	w.mu.Unlock()
 	w.tasks.Wait()
 	w.mu.Lock()
-	states := w.states
+	states := make([]*stateTask, 0, len(w.states)+len(w.standbys))
+	for _, st := range w.states {
+		states = append(states, st)
+	}
+	for _, st := range w.standbys {
+		states = append(states, st)
+	}
 	w.mu.Unlock()
 	for _, st := range states {
 		if err := st.close(); err != nil {
@@ -506,8 +753,16 @@ func (w *Processor) updateTaskGauges() {
 			restoring++
 		}
 	}
+	warmups := 0
+	for _, st := range w.standbys {
+		if st.roleName() == roleWarmup {
+			warmups++
+		}
+	}
 	w.metrics.Tasks.WithLabelValues("active").Set(float64(len(w.procs)))
 	w.metrics.Tasks.WithLabelValues("restoring").Set(float64(restoring))
+	w.metrics.Tasks.WithLabelValues(roleStandby).Set(float64(len(w.standbys)))
+	w.metrics.Tasks.WithLabelValues(roleWarmup).Set(float64(warmups))
 }
 
 // SymbolTask is the task (partition index) of symbol among n partitions.

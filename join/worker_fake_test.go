@@ -141,21 +141,27 @@ func TestJoinAndCommitOnFakes(t *testing.T) {
 	}
 }
 
-// TestRebalancingPauseIsBounded: a batch stuck in flight does not hold a
-// rebalance past its context: Rebalancing gives up waiting and commits.
-func TestRebalancingPauseIsBounded(t *testing.T) {
+// TestRevokePauseIsBounded: a batch stuck in flight does not hold a
+// rebalance past its context: Assigned gives up waiting for the revoked
+// task's batch, stops the task and goes on.
+func TestRevokePauseIsBounded(t *testing.T) {
 	r := newFakeRig(t)
-	r.w.Assigned(context.Background(), assignment(1, nil, nil))
-	if err := r.w.gate.enter(context.Background()); err != nil { // a batch in flight that never finishes
+	r.w.Assigned(context.Background(), assignment(1, nil, []int{1}))
+	_, procs := r.tasks()
+	g := procs[1].gate
+	if err := g.enter(context.Background()); err != nil { // a batch in flight that never finishes
 		t.Fatal(err)
 	}
-	defer r.w.gate.leave()
+	defer g.leave()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	r.w.Rebalancing(ctx)
+	r.w.Assigned(ctx, assignment(2, nil, nil))
 	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("Rebalancing waited %v for a stuck batch; its context allowed 50ms", d)
+		t.Fatalf("Assigned waited %v for a stuck batch; its context allowed 50ms", d)
+	}
+	if _, procs := r.tasks(); len(procs) != 0 {
+		t.Fatalf("task 1 still held after its revocation: %v", procs)
 	}
 }
 

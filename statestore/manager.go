@@ -140,6 +140,7 @@ type Manager struct {
 	corruptDirs atomic.Int64     // corrupt.go
 	byReason    map[string]int64 // rebuilds by reason; guarded by mu
 	override    map[int]string   // task dir chosen by Rebuild; guarded by mu
+	held        map[int]int64    // Held's cache of closed stores (held.go); guarded by mu
 
 	mu     sync.Mutex
 	closed bool
@@ -260,6 +261,7 @@ func (m *Manager) OpenTask(task int) (*Store, error) {
 		m.mu.Unlock()
 		return nil, err
 	}
+	m.dropSidecarLocked(task, dir)
 	m.open[task] = nil // reserve while opening outside the lock
 	m.mu.Unlock()
 
@@ -370,12 +372,17 @@ func (m *Manager) rebuildOldFormat(task int, dir string, why error) (*Store, err
 	return m.openStore(task, dir)
 }
 
-// forget drops s from the open set; called by Store.Close.
-func (m *Manager) forget(task int, s *Store) {
+// forget drops s from the open set, remembering for Held the offset it
+// was closed at; called by Store.Close.
+func (m *Manager) forget(task int, s *Store, applied int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.open[task] == s {
 		delete(m.open, task)
+		if m.held == nil {
+			m.held = map[int]int64{}
+		}
+		m.held[task] = applied + 1
 	}
 }
 
@@ -396,6 +403,7 @@ func (m *Manager) RemoveTask(task int) error {
 	}
 	name := taskDirName(task)
 	delete(m.override, task)
+	delete(m.held, task)
 	for _, d := range m.opts.Dirs {
 		gdir := m.groupDir(d)
 		names, err := m.fs.List(gdir)

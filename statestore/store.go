@@ -401,7 +401,11 @@ func (s *Store) Close() error {
 	if db == nil {
 		return fmt.Errorf("statestore: close task %d: %w", s.task, ErrClosed)
 	}
-	s.mgr.forget(s.task, s)
+	// Every Apply has returned: the applied offset is final. Record it for
+	// Manager.Held before the task can be opened again.
+	applied := s.applied.Load()
+	s.mgr.writeSidecar(s.dir, applied)
+	s.mgr.forget(s.task, s, applied)
 	if err := db.Close(); err != nil {
 		return fmt.Errorf("statestore: close task %d in %s: %w", s.task, s.dir, err)
 	}

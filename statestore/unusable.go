@@ -29,6 +29,7 @@ func (m *Manager) Rebuild(task int) (*Store, error) {
 	}
 	m.open[task] = nil
 	delete(m.override, task)
+	m.dropSidecarLocked(task, "") // the old dir, sidecar and all, is moved aside
 	m.mu.Unlock()
 
 	s, err := m.rebuild(task)
