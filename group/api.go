@@ -77,9 +77,11 @@ type Config struct {
 	// member holds local state. Until the member has received its first
 	// assignment (e.g. right after a restart) they are reported to the
 	// leader as the tasks it owns, so stickiness survives restarts; after
-	// that the tasks of the latest assignment are reported. Optional; it is
-	// called from Run's goroutine before each JoinGroup until the first
-	// assignment.
+	// that the tasks of the latest assignment are reported, flagged as
+	// running (live), so that the leader withholds a task that moves until
+	// this member has stopped it. After Handler.Lost the tasks of Owned
+	// are reported again, not running. Optional; it is called from Run's
+	// goroutine before each JoinGroup when no assignment is running.
 	Owned func() []int
 
 	// Standbys, AcceptableRecoveryLag and MaxWarmupReplicas are the
@@ -141,8 +143,11 @@ type Assignment struct {
 	Owners []Owner
 	// Moved is the number of tasks whose owner changed, as the leader's plan
 	// reported it. For the non-sticky assignors the leader counts the
-	// partitions of Config.Topics.Market whose owner differs from the one reported in
-	// the subscriptions (a partition nobody reported counts as moved).
+	// partitions of Config.Topics.Market whose owner differs from the one
+	// reported in the subscriptions (a partition nobody reported counts as
+	// moved). A task handed over cooperatively is counted once, in the
+	// generation that gives it to its new owner (not in the one that
+	// withholds it), so the sum over generations counts each move once.
 	Moved int
 
 	// Unpaired is set on the planning leader's assignment only: the
@@ -160,19 +165,35 @@ type Assignment struct {
 
 // Handler receives a member's events. Calls come from the membership
 // goroutine, one at a time, in order.
+//
+// Rebalances are cooperative (KIP-429 style, two phases): a task that stays
+// with a member keeps running through a rebalance, and a task that moves is
+// first revoked from its old owner (absent from the old owner's next
+// assignment, and given to nobody in it), then given to its new owner in a
+// follow-up rebalance that the old owner starts at once. Two members never
+// hold the same task in their assignments at once.
 type Handler interface {
 	// Assigned delivers the assignment of a new generation. The handler
-	// starts the tasks that are new, stops those that are gone and keeps the
-	// others running untouched. It should return promptly: heartbeats wait
-	// for it.
+	// starts the tasks that are new and keeps the others running
+	// untouched. Tasks absent from a that the previous assignment had
+	// were revoked: the handler stops them and commits their final
+	// offsets (through Member.Commit: the new generation is valid) before
+	// returning; the member then rejoins at once so that their new owners
+	// get them. It should return promptly: heartbeats wait for it.
 	Assigned(ctx context.Context, a Assignment)
 	// Rebalancing is called when a rebalance starts and before the member
 	// leaves, while the current generation can still commit: the handler
-	// commits what it has processed (through Member.Commit).
+	// commits what it has processed (through Member.Commit); its tasks
+	// keep running. The generation stays valid for Commit until the
+	// member's JoinGroup is answered; commits after that return
+	// ErrRebalancing until the next Assigned (not a failure: commit again
+	// then). Lost may follow Rebalancing when the rejoin finds the
+	// membership gone.
 	Rebalancing(ctx context.Context)
-	// Lost is called instead of Rebalancing when the member learns that
-	// its membership was lost (unknown member id, fenced instance id,
-	// illegal generation, or heartbeats failing for a session timeout):
+	// Lost is called instead of Rebalancing (or after it, during the
+	// rejoin) when the member learns that its membership was lost
+	// (unknown member id, fenced instance id, illegal generation, or no
+	// confirmation from the coordinator for a session timeout):
 	// other members may hold its tasks already. The generation is dropped
 	// before the call, so commits fail. The handler stops every task at
 	// once, writes nothing more for them, and starts any task it is given

@@ -8,7 +8,8 @@ import (
 )
 
 // AssignorCopartition gives each partition index (a task) of all topics to
-// one member, balanced and sticky (the copartition planner).
+// one member, balanced and sticky (the copartition planner), with the
+// standbys, lag-aware placement and warm-ups of copartition.AssignWith.
 const AssignorCopartition = "copartition"
 
 type copartitionAssignor struct{}
@@ -17,9 +18,16 @@ func (copartitionAssignor) Name() string { return AssignorCopartition }
 
 func (copartitionAssignor) Plan(req PlanRequest) (Plan, error) {
 	out := Plan{Assigned: make(map[string]map[string][]int, len(req.Members)), CountsMoves: true}
-	plan, err := copartition.Assign(req.Partitions, req.Members, req.Previous)
+	opt := copartition.Options{
+		Standbys:              req.Standbys,
+		PreviousStandby:       req.PreviousStandby,
+		Lags:                  req.Lags,
+		AcceptableRecoveryLag: req.AcceptableRecoveryLag,
+		MaxWarmupReplicas:     req.MaxWarmupReplicas,
+	}
+	plan, err := copartition.AssignWith(req.Partitions, req.Members, req.Previous, opt)
 	if err != nil {
-		out.Warnings = append(out.Warnings, fmt.Sprintf("planner rejected the reported owned tasks (%v); planned from scratch", err))
+		out.Warnings = append(out.Warnings, fmt.Sprintf("planner rejected the reported owned tasks or options (%v); planned from scratch without them", err))
 		plan, err = copartition.Assign(req.Partitions, req.Members, nil)
 	}
 	if err != nil {
@@ -33,5 +41,6 @@ func (copartitionAssignor) Plan(req PlanRequest) (Plan, error) {
 		out.Assigned[id] = byTopic
 	}
 	out.Moved = plan.Moved
+	out.Standby, out.Warmup = plan.Standby, plan.Warmup
 	return out, nil
 }

@@ -37,6 +37,21 @@ type PlanRequest struct {
 	// it reported owning, each in [0, Partitions). Two members may report
 	// the same task.
 	Previous map[string][]int
+
+	// The high-availability inputs, as in copartition.Options; assignors
+	// that do not place standbys ignore them. Standbys is the number of
+	// standby copies per task (Config.Standbys of the leader);
+	// PreviousStandby maps an instance id to the standby tasks it reported;
+	// Lags maps an instance id to every task whose store it reported
+	// holding and how many records that copy is behind the end of the
+	// task's state partition (nil when the leader has no lag information);
+	// AcceptableRecoveryLag and MaxWarmupReplicas are the leader's
+	// Config values.
+	Standbys              int
+	PreviousStandby       map[string][]int
+	Lags                  map[string]map[int]int64
+	AcceptableRecoveryLag int64
+	MaxWarmupReplicas     int
 }
 
 // Plan is an Assignor's answer.
@@ -52,6 +67,13 @@ type Plan struct {
 	Moved       int
 	// Warnings are problems the plan worked around, for the leader's log.
 	Warnings []string
+
+	// Standby maps an instance id to the tasks it keeps a standby copy of,
+	// ascending; Warmup to the tasks it warms up a copy of (a task the
+	// plan will move to it once the copy is caught up). Both nil for
+	// assignors without standbys.
+	Standby map[string][]int
+	Warmup  map[string][]int
 }
 
 // registry lists the assignors Config.Assignor accepts; the first is the

@@ -36,8 +36,11 @@ func (c Config) Validate() error {
 		return errors.New("group: Config.Handler is required")
 	case c.Client == nil && len(c.Brokers) == 0:
 		return errors.New("group: Config.Brokers or Config.Client is required")
-	case c.SessionTimeout < 0 || c.RebalanceTimeout < 0 || c.HeartbeatInterval < 0 || c.MetadataCheckInterval < 0:
+	case c.SessionTimeout < 0 || c.RebalanceTimeout < 0 || c.HeartbeatInterval < 0 || c.MetadataCheckInterval < 0 ||
+		c.ProbingRebalanceInterval < 0:
 		return errors.New("group: negative timeout in Config")
+	case c.Standbys < 0 || c.AcceptableRecoveryLag < 0 || c.MaxWarmupReplicas < 0:
+		return errors.New("group: Config.Standbys, AcceptableRecoveryLag and MaxWarmupReplicas must not be negative")
 	}
 	if c.Topics.Market == c.Topics.Notifications {
 		return fmt.Errorf("group: Config.Topics.Market and Config.Topics.Notifications are both %q", c.Topics.Market)
@@ -69,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MetadataCheckInterval == 0 {
 		c.MetadataCheckInterval = DefaultMetadataCheckInterval
+	}
+	if c.ProbingRebalanceInterval == 0 {
+		c.ProbingRebalanceInterval = DefaultProbingRebalanceInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

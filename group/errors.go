@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -33,6 +34,15 @@ var (
 	// errMetadataChanged means the leader saw the partition counts change
 	// since it planned: it rejoins so that a new plan is made.
 	errMetadataChanged = errors.New("group: topic partition counts changed")
+
+	// errRevoked makes the member rejoin at once after an assignment
+	// that took tasks away from it (cooperative handover): the follow-up
+	// rebalance gives them to their new owners.
+	errRevoked = fmt.Errorf("group: tasks were revoked: %w", errMetadataChanged)
+
+	// errProbing makes the leader rejoin for a probing rebalance while its
+	// plan has warm-ups.
+	errProbing = fmt.Errorf("group: probing rebalance: %w", errMetadataChanged)
 )
 
 // action is what the loop does after a failed request.

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,13 +38,24 @@ type Member struct {
 
 	started atomic.Bool
 
-	mu         sync.Mutex
-	gen        generation // the generation Commit uses; valid between SyncGroup and the start of a rebalance
+	mu sync.Mutex
+	// gen is the generation Commit uses: valid from SyncGroup until the
+	// JoinGroup response of the next rebalance (the coordinator accepts
+	// its commits while it prepares the rebalance), or until the
+	// membership is lost.
+	gen        generation
 	current    Assignment
 	hasCurrent bool
-	// lastAlive is when the coordinator last confirmed the generation (the
-	// SyncGroup or a heartbeat answer); see Active.
+	// live is true while the tasks of current run: from Assigned until
+	// Lost (or Run returns). joining is true while this member's
+	// JoinGroup or SyncGroup is in flight.
+	live, joining bool
+	// lastAlive is when the coordinator last confirmed the membership (a
+	// JoinGroup or SyncGroup response, or a heartbeat answer); see Active.
 	lastAlive time.Time
+	// warmups is the number of warm-up copies of this member's latest
+	// plan as leader (for the probing rebalance).
+	warmups atomic.Int64
 
 	// unpaired is the unpaired partition count of this member's latest plan
 	// as leader (checks.go).
@@ -100,14 +112,20 @@ func (m *Member) Current() (Assignment, bool) {
 // Sequencing, all on Run's goroutine: after each SyncGroup, the new
 // generation becomes the one Commit uses, then Handler.Assigned is called,
 // then heartbeats start. When a heartbeat reports a rebalance, heartbeats
-// stop, Handler.Rebalancing is called (Commit still uses the old generation,
-// which the coordinator accepts while it prepares the rebalance), then the
-// generation is dropped (Commit returns ErrRebalancing) and the member
-// rejoins. Every Assigned is followed by exactly one Rebalancing before the
-// next Assigned or before Run returns; when the membership was already lost
-// (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, fenced, heartbeats failing for a
-// session timeout) the generation is dropped before Rebalancing is called,
-// so its commits fail with ErrRebalancing.
+// stop, Handler.Rebalancing is called, and the member rejoins; the tasks
+// keep running, and Commit keeps using the old generation, which the
+// coordinator accepts while it prepares the rebalance, until the JoinGroup
+// response arrives (from then until the SyncGroup response Commit returns
+// ErrRebalancing). When the new assignment lacks tasks of the previous one
+// (the leader moves them: cooperative handover), Handler.Assigned stops
+// them and the member rejoins at once, so that their new owner gets them in
+// a follow-up rebalance. Every Assigned is followed by exactly one
+// Rebalancing or Lost before the next Assigned or before Run returns, and a
+// Rebalancing may be followed by Lost when the rejoin finds the membership
+// lost; when the membership was already lost (UNKNOWN_MEMBER_ID,
+// ILLEGAL_GENERATION, fenced, heartbeats failing for a session timeout) the
+// generation is dropped and Lost is called instead of Rebalancing, so its
+// commits fail with ErrRebalancing.
 //
 // On cancellation Run calls Handler.Rebalancing with a context bounded by
 // Config.RebalanceTimeout (not the cancelled ctx) and returns nil: the
@@ -151,6 +169,7 @@ func (m *Member) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return m.leave(ctx, memberID)
 		}
+		m.loseIfGone(ctx, err)
 		switch classify(err) {
 		case actRejoin:
 			m.log.Info("group: rejoining", "reason", err)
@@ -178,36 +197,101 @@ func (m *Member) Run(ctx context.Context) error {
 // generation ended.
 func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord net.Addr) error {
 	m.mu.Lock()
+	prev, wasLive := m.current, m.live
 	m.gen = generation{id: a.Generation, memberID: memberID, valid: true}
 	m.current, m.hasCurrent = a, true
+	m.live = true
 	m.lastAlive = time.Now()
 	m.mu.Unlock()
 
 	m.cfg.Handler.Assigned(ctx, a)
-	err := m.heartbeat(ctx, a, memberID, coord)
+	var err error
+	if revoked := revokedTasks(prev, a); wasLive && len(revoked) > 0 {
+		// Cooperative handover, second phase: the handler has stopped
+		// and committed the revoked tasks; rejoining changes this
+		// member's subscription, so the coordinator rebalances and the
+		// leader gives them to their new owners.
+		m.log.Info("group: tasks revoked and stopped; rejoining at once so that their new owners get them",
+			"generation", a.Generation, "revoked", revoked)
+		err = errRevoked
+	} else {
+		err = m.heartbeat(ctx, a, memberID, coord)
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
 	defer cancel()
 	if err != nil && !errors.Is(err, kafka.RebalanceInProgress) && !errors.Is(err, errMetadataChanged) {
-		m.dropGeneration()
 		m.log.Warn("group: membership lost; every task of this member is lost", "generation", a.Generation, "err", err)
-		m.cfg.Handler.Lost(rctx, err)
+		m.lose(rctx, err)
 		return err
 	}
 	m.cfg.Handler.Rebalancing(rctx)
-	m.dropGeneration()
+	if err == nil {
+		m.dropGeneration() // cancelled: Run leaves
+	}
 	return err
 }
 
-// Active reports whether the member holds a generation that the
-// coordinator confirmed less than a session timeout ago. A member that was
-// paused (SIGSTOP, a long GC, a frozen VM) for longer than that may have
-// been replaced without knowing it yet: work done for its tasks must not
-// be written until a heartbeat answers again (then either Active is true,
-// or Handler.Lost has been called).
+// revokedTasks returns the tasks (partitions of any topic) of prev that a
+// lacks, ascending.
+func revokedTasks(prev, a Assignment) []int {
+	var out []int
+	for t, ps := range prev.Topics {
+		for _, p := range ps {
+			if !slices.Contains(a.Topics[t], p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return normalizeTasks(out)
+}
+
+// lose drops the generation and calls Handler.Lost, once per membership:
+// the tasks must stop at once.
+func (m *Member) lose(ctx context.Context, err error) {
+	m.mu.Lock()
+	wasLive := m.live
+	m.gen.valid, m.live = false, false
+	m.mu.Unlock()
+	if wasLive {
+		m.cfg.Handler.Lost(ctx, err)
+	}
+}
+
+// loseIfGone calls lose when err, from a rejoin while the tasks kept
+// running, means that the membership is gone: the coordinator does not
+// know the member id any more, the instance was fenced, or nothing has
+// confirmed the membership for a session timeout.
+func (m *Member) loseIfGone(ctx context.Context, err error) {
+	m.mu.Lock()
+	live, since := m.live, time.Since(m.lastAlive)
+	m.mu.Unlock()
+	if !live {
+		return
+	}
+	switch a := classify(err); {
+	case a == actReset || a == actFatal, a == actBackoff && since >= m.cfg.SessionTimeout:
+		m.log.Warn("group: membership lost while rejoining; every task of this member is lost", "err", err)
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
+		defer cancel()
+		m.lose(lctx, err)
+	}
+}
+
+// Active reports whether the member still holds its membership, as far as
+// it knows: its tasks are live (assigned and not lost) and the coordinator
+// confirmed the membership less than a session timeout ago, or a JoinGroup
+// or SyncGroup of this member is in flight (the coordinator keeps a
+// joining member) and the last confirmation is less than a rebalance
+// timeout old (a coordinator that had the JoinGroup would have answered by
+// then). A member that was paused (SIGSTOP, a long GC, a frozen VM) for
+// longer than that may have been replaced without knowing it yet: work
+// done for its tasks must not be written until a heartbeat answers again
+// (then either Active is true, or Handler.Lost has been called).
 func (m *Member) Active() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.gen.valid && time.Since(m.lastAlive) < m.cfg.SessionTimeout
+	since := time.Since(m.lastAlive)
+	return m.live && (since < m.cfg.SessionTimeout || m.joining && since < m.cfg.RebalanceTimeout)
 }
 
 func (m *Member) alive() {
@@ -222,6 +306,12 @@ func (m *Member) dropGeneration() {
 	m.mu.Unlock()
 }
 
+func (m *Member) setJoining(j bool) {
+	m.mu.Lock()
+	m.joining = j
+	m.mu.Unlock()
+}
+
 // heartbeat sends heartbeats every HeartbeatInterval. It returns nil when
 // ctx is cancelled, kafka.RebalanceInProgress when a rebalance starts, and
 // other errors when the membership is lost. Coordinator and connection
@@ -232,6 +322,7 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 	defer tick.Stop()
 	lastOK := time.Now()
 	lastCheck := time.Now()
+	planned := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -239,6 +330,11 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 		case <-tick.C:
 		case <-m.rejoinCh():
 			return errReleased
+		}
+		if a.Leader && m.warmups.Load() > 0 && time.Since(planned) >= m.cfg.ProbingRebalanceInterval {
+			m.log.Info("group: probing rebalance: the plan has warm-ups; rejoining to move the tasks whose copies caught up",
+				"generation", a.Generation, "warmups", m.warmups.Load(), "interval", m.cfg.ProbingRebalanceInterval)
+			return errProbing
 		}
 		if a.Leader && time.Since(lastCheck) >= m.cfg.MetadataCheckInterval {
 			lastCheck = time.Now()
@@ -353,30 +449,62 @@ func (m *Member) findCoordinator(ctx context.Context) (net.Addr, error) {
 }
 
 // ownedTasks is what the subscription reports: the tasks of the latest
-// assignment, or Config.Owned before the first one.
-func (m *Member) ownedTasks() []int {
+// assignment while they run (live), or Config.Owned before the first one
+// and after the membership was lost.
+func (m *Member) ownedTasks() (owned []int, live bool) {
 	m.mu.Lock()
-	cur, ok := m.current, m.hasCurrent
+	cur, ok, live := m.current, m.hasCurrent, m.live
 	m.mu.Unlock()
-	if ok {
-		return cur.Topics[m.topics[0]]
+	if ok && live {
+		return cur.Topics[m.topics[0]], true
 	}
 	if m.cfg.Owned != nil {
-		return m.cfg.Owned()
+		return m.cfg.Owned(), false
 	}
-	return nil
+	if ok {
+		return cur.Topics[m.topics[0]], false
+	}
+	return nil, false
+}
+
+// subscription builds this member's subscription user data.
+func (m *Member) subscription() subscription {
+	owned, live := m.ownedTasks()
+	owned = normalizeTasks(m.withoutRefused(owned))
+	owned = slices.DeleteFunc(owned, func(t int) bool { return t < 0 || t >= maxTasks })
+	s := subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned, Refused: m.refusedTasks(), Live: live}
+	if m.cfg.Held != nil {
+		for t, next := range m.cfg.Held() {
+			if t < 0 || t >= maxTasks || next < 0 || next > maxOffset {
+				m.log.Warn("group: Config.Held reported an impossible task or offset; not reported", "task", t, "next_offset", next)
+				continue
+			}
+			if s.Held == nil {
+				s.Held = map[int]int64{}
+			}
+			s.Held[t] = next
+		}
+	}
+	m.mu.Lock()
+	if m.live {
+		s.Standby = m.current.Standby
+	}
+	m.mu.Unlock()
+	return s
 }
 
 // join runs JoinGroup and SyncGroup and returns this member's assignment,
 // decoded from its own SyncGroup response. *memberID is updated from the
 // JoinGroup response.
 func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error) {
-	owned := normalizeTasks(m.withoutRefused(m.ownedTasks()))
-	owned = slices.DeleteFunc(owned, func(t int) bool { return t < 0 || t >= maxTasks })
-	userData, err := encodeSubscription(subscription{InstanceID: m.cfg.InstanceID, Addr: m.cfg.QueryAddr, Owned: owned, Refused: m.refusedTasks()})
+	sub := m.subscription()
+	userData, err := encodeSubscription(sub)
 	if err != nil {
 		return Assignment{}, fmt.Errorf("group %q: encode subscription: %w", m.cfg.GroupID, err)
 	}
+	owned := sub.Owned
+	m.setJoining(true)
+	defer m.setJoining(false)
 	bound := m.cfg.RebalanceTimeout + m.cfg.SessionTimeout
 	jctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
@@ -401,8 +529,14 @@ func (m *Member) join(ctx context.Context, memberID *string) (Assignment, error)
 			},
 		}},
 	})
+	// The old generation is over once the coordinator answers: its
+	// commits would be rejected.
+	m.dropGeneration()
 	if err != nil {
 		return Assignment{}, fmt.Errorf("group %q: join: %w", m.cfg.GroupID, err)
+	}
+	if jresp.Error == nil {
+		m.alive()
 	}
 	if jresp.Error != nil {
 		if errors.Is(jresp.Error, kafka.MemberIDRequired) && jresp.MemberID != "" {
@@ -484,6 +618,7 @@ func (m *Member) decodeOwn(gen int32, memberID string, ga kafka.GroupProtocolAss
 	a.Moved = ad.Moved
 	a.Leader = ad.Leader == m.cfg.InstanceID
 	a.Error = ad.Err
+	a.Standby, a.Warmup = ad.Standby, ad.Warmup
 	return a
 }
 
@@ -505,11 +640,15 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 		}
 	}
 	out, err := computePlan(planInput{
-		Assignor: jresp.ProtocolName,
-		Topics:   m.topics,
-		Counts:   counts,
-		Leader:   m.cfg.InstanceID,
-		Members:  members,
+		Assignor:              jresp.ProtocolName,
+		Topics:                m.topics,
+		Counts:                counts,
+		Leader:                m.cfg.InstanceID,
+		Members:               members,
+		Standbys:              m.cfg.Standbys,
+		AcceptableRecoveryLag: m.cfg.AcceptableRecoveryLag,
+		MaxWarmupReplicas:     m.cfg.MaxWarmupReplicas,
+		Ends:                  m.endOffsets(ctx, members, counts),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("group %q: leader: %w", m.cfg.GroupID, err)
@@ -523,13 +662,64 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 			"generation", jresp.GenerationID, "err", out.Err, "counts", counts)
 	} else {
 		m.log.Info("group: leader planned", "generation", jresp.GenerationID,
-			"assignor", jresp.ProtocolName, "tasks", out.Tasks, "moved", out.Moved)
+			"assignor", jresp.ProtocolName, "tasks", out.Tasks, "moved", out.Moved,
+			"withheld", len(out.Withheld), "standbys", out.Standbys, "warmups", out.Warmups)
+		if len(out.Withheld) > 0 {
+			m.log.Debug("group: leader withheld tasks still running elsewhere until their owners give them up",
+				"generation", jresp.GenerationID, "withheld", out.Withheld)
+		}
 	}
+	m.warmups.Store(int64(out.Warmups))
 	assignments := make([]kafka.SyncGroupRequestAssignment, 0, len(out.Assignments))
 	for id, ga := range out.Assignments {
 		assignments = append(assignments, kafka.SyncGroupRequestAssignment{MemberID: id, Assignment: ga})
 	}
 	return assignments, nil
+}
+
+// endOffsets returns the end offset of every partition of the state topic
+// when some member reports held stores, so that the plan knows their lags;
+// nil when none does or the offsets cannot be read (logged: the plan is
+// then made without lags).
+func (m *Member) endOffsets(ctx context.Context, members []joinedMember, counts map[string]int) map[int]int64 {
+	held := false
+	for _, jm := range members {
+		held = held || len(jm.Sub.Held) > 0
+	}
+	n := counts[m.topics[0]]
+	if !held || n == 0 {
+		return nil
+	}
+	reqs := make([]kafka.OffsetRequest, n)
+	for p := range n {
+		reqs[p] = kafka.LastOffsetOf(p)
+	}
+	lctx, cancel := context.WithTimeout(ctx, m.cfg.SessionTimeout)
+	defer cancel()
+	resp, err := m.client.ListOffsets(lctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{m.topics[0]: reqs}})
+	if err != nil {
+		m.log.Warn("group: leader cannot read the end offsets of the state topic; planning without lags",
+			"topic", m.topics[0], "err", err)
+		return nil
+	}
+	ends := make(map[int]int64, n)
+	var failed []int
+	var firstErr error
+	for _, po := range resp.Topics[m.topics[0]] {
+		if po.Error != nil || po.LastOffset < 0 {
+			failed = append(failed, po.Partition)
+			firstErr = cmp.Or(firstErr, po.Error)
+			continue
+		}
+		ends[po.Partition] = po.LastOffset
+	}
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		m.log.Warn("group: leader cannot read some end offsets of the state topic; planning without the lags of those tasks",
+			"topic", m.topics[0], "partitions", failed, "err", firstErr)
+	}
+	m.log.Debug("group: leader read the end offsets of the state topic", "topic", m.topics[0], "ends", ends)
+	return ends
 }
 
 // partitionCounts returns the partition count of every configured topic that
@@ -558,7 +748,9 @@ func (m *Member) partitionCounts(ctx context.Context) (map[string]int, error) {
 // member that will come back (KIP-345). Rebalancing was already called by
 // the time it runs.
 func (m *Member) leave(ctx context.Context, memberID string) error {
-	m.dropGeneration()
+	m.mu.Lock()
+	m.gen.valid, m.live = false, false
+	m.mu.Unlock()
 	if memberID == "" {
 		m.log.Info("group: stopped before joining")
 		return nil

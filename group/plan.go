@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/segmentio/kafka-go"
@@ -32,6 +33,16 @@ type planInput struct {
 	Counts   map[string]int // partition count per topic, from metadata; a missing topic is unknown
 	Leader   string         // instance id of the planning member
 	Members  []joinedMember
+
+	// The leader's high-availability configuration (Config.Standbys,
+	// AcceptableRecoveryLag, MaxWarmupReplicas).
+	Standbys              int
+	AcceptableRecoveryLag int64
+	MaxWarmupReplicas     int
+	// Ends maps a task to the end offset of its state partition (the
+	// offset of the next record), read by the leader before planning; nil
+	// when unknown. With the members' held stores it gives the lags.
+	Ends map[int]int64
 }
 
 // planOutput is the leader's answer.
@@ -41,7 +52,8 @@ type planOutput struct {
 	// Tasks is the list of Topics[0] partitions per instance id.
 	Tasks map[string][]int
 	// Moved is the number of Topics[0] partitions whose owner changed from
-	// the owner reported in the subscriptions.
+	// the owner reported in the subscriptions, without the withheld ones
+	// (they are counted by the follow-up plan that assigns them).
 	Moved int
 	// Err is why the leader could not plan; every member then gets an empty
 	// assignment carrying its text.
@@ -54,6 +66,18 @@ type planOutput struct {
 	// Partitions is the number of tasks planned; Unpaired the partition
 	// indexes of the larger topics that have no pair (see pairCounts).
 	Partitions, Unpaired int
+	// Withheld are the tasks given to nobody in this generation because a
+	// member other than their planned owner still runs them (cooperative
+	// handover: it stops them, rejoins, and the next plan assigns them).
+	Withheld []int
+	// Standby and Warmup are the standby copies (warm-ups included) and
+	// warm-up copies per instance id, as sent to the members.
+	Standby, Warmup map[string][]int
+	// Standbys and Warmups count them.
+	Standbys, Warmups int
+	// Lags are the copies' lags the plan used, by instance id (nil
+	// without lag information).
+	Lags map[string]map[int]int64
 }
 
 // computePlan is the leader's pure assignment computation.
@@ -142,7 +166,13 @@ func computePlan(in planInput) (planOutput, error) {
 	if err != nil {
 		return planOutput{}, fmt.Errorf("group: plan: %w", err)
 	}
-	plan, err := assignor.Plan(PlanRequest{Partitions: partitions, Topics: in.Topics, Members: ids, Previous: previous})
+	prevStandby, lags := haInputs(members, partitions, in.Ends)
+	out.Lags = lags
+	plan, err := assignor.Plan(PlanRequest{
+		Partitions: partitions, Topics: in.Topics, Members: ids, Previous: previous,
+		Standbys: in.Standbys, PreviousStandby: prevStandby, Lags: lags,
+		AcceptableRecoveryLag: in.AcceptableRecoveryLag, MaxWarmupReplicas: in.MaxWarmupReplicas,
+	})
 	if err != nil {
 		return planOutput{}, fmt.Errorf("group: plan: %s: %w", assignor.Name(), err)
 	}
@@ -167,7 +197,10 @@ func computePlan(in planInput) (planOutput, error) {
 		out.Moved = plan.Moved
 	}
 
-	out.Moved += honorRefusals(perTopic, in.Topics, ids, refusedBy(members, partitions))
+	refused := refusedBy(members, partitions)
+	out.Moved += honorRefusals(perTopic, in.Topics, ids, refused)
+	plannedFor := withhold(perTopic, in.Topics, liveOwners(members, partitions))
+	out.Withheld = slices.Sorted(maps.Keys(plannedFor))
 	owners := make([]uint32, partitions)
 	for id, byTopic := range perTopic {
 		for _, p := range byTopic[in.Topics[0]] {
@@ -182,18 +215,43 @@ func computePlan(in planInput) (planOutput, error) {
 			}
 		}
 	}
+	// A withheld task moves in the follow-up generation, whose plan counts
+	// it (it has no owner then); counting it here too would count every
+	// handed-over task twice over the two generations.
+	out.Moved = max(0, out.Moved-len(out.Withheld))
 
-	ud, err := encodeAssignment(assignmentData{
-		Moved:      out.Moved,
-		Partitions: partitions,
-		Leader:     in.Leader,
-		Members:    table,
-		Owners:     owners,
-	})
-	if err != nil {
-		return planOutput{}, err
+	// The planned owner of a withheld task keeps its standby copy of it,
+	// if it has one, until the task reaches it.
+	for p, id := range plannedFor {
+		for _, m := range members {
+			if m.InstanceID == id && slices.Contains(m.Sub.Standby, p) {
+				if plan.Standby == nil {
+					plan.Standby = map[string][]int{}
+				}
+				plan.Standby[id] = append(slices.Clone(plan.Standby[id]), p)
+			}
+		}
+	}
+	out.Standby, out.Warmup = copies(plan, owners, index, refused, partitions)
+	for _, ts := range out.Standby {
+		out.Standbys += len(ts)
+	}
+	for _, ts := range out.Warmup {
+		out.Warmups += len(ts)
 	}
 	for _, m := range members {
+		ud, err := encodeAssignment(assignmentData{
+			Moved:      out.Moved,
+			Partitions: partitions,
+			Leader:     in.Leader,
+			Members:    table,
+			Owners:     owners,
+			Standby:    out.Standby[m.InstanceID],
+			Warmup:     out.Warmup[m.InstanceID],
+		})
+		if err != nil {
+			return planOutput{}, err
+		}
 		assigned := make(map[string][]int, len(in.Topics))
 		for t, ps := range perTopic[m.InstanceID] {
 			if len(ps) > 0 {
@@ -203,6 +261,121 @@ func computePlan(in planInput) (planOutput, error) {
 		out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: assigned, UserData: ud}
 	}
 	return out, nil
+}
+
+// haInputs collects the standbys the members reported and, when the end
+// offsets are known, the lag of every copy they hold: max(0, end - next
+// offset the copy lacks), by instance id. Tasks outside [0, partitions)
+// are dropped; lags is nil when no member holds a copy with a known end.
+func haInputs(members []joinedMember, partitions int, ends map[int]int64) (prevStandby map[string][]int, lags map[string]map[int]int64) {
+	for _, m := range members {
+		for _, t := range m.Sub.Standby {
+			if t < partitions {
+				if prevStandby == nil {
+					prevStandby = map[string][]int{}
+				}
+				prevStandby[m.InstanceID] = append(prevStandby[m.InstanceID], t)
+			}
+		}
+		for t, next := range m.Sub.Held {
+			end, ok := ends[t]
+			if !ok || t >= partitions {
+				continue
+			}
+			if lags == nil {
+				lags = map[string]map[int]int64{}
+			}
+			if lags[m.InstanceID] == nil {
+				lags[m.InstanceID] = map[int]int64{}
+			}
+			lags[m.InstanceID][t] = max(0, end-next)
+		}
+	}
+	return prevStandby, lags
+}
+
+// liveOwners returns, per task below partitions, the instance ids of the
+// members that report running it (owned tasks of a live subscription).
+func liveOwners(members []joinedMember, partitions int) map[int][]string {
+	out := map[int][]string{}
+	for _, m := range members {
+		if !m.Sub.Live {
+			continue
+		}
+		for _, t := range m.Sub.Owned {
+			if t >= 0 && t < partitions {
+				out[t] = append(out[t], m.InstanceID)
+			}
+		}
+	}
+	return out
+}
+
+// withhold is the first phase of the cooperative handover (as in KIP-429):
+// a task of the state topic planned for member X while another member
+// still runs it (live) is given to nobody in this generation, in every
+// topic X would have received it in. The member running it sees it
+// missing from its assignment, stops it, commits its final offsets and
+// rejoins at once; in that follow-up rebalance nobody runs it any more and
+// the plan gives it to its new owner. A task whose previous owner left or
+// crashed (nobody reports it live) is assigned directly. It returns the
+// withheld tasks and the member each was planned for.
+func withhold(perTopic map[string]map[string][]int, topics []string, live map[int][]string) map[int]string {
+	if len(live) == 0 {
+		return nil
+	}
+	out := map[int]string{}
+	for id, byTopic := range perTopic {
+		var mine []int
+		for _, p := range byTopic[topics[0]] {
+			if slices.ContainsFunc(live[p], func(o string) bool { return o != id }) {
+				mine = append(mine, p)
+			}
+		}
+		for _, p := range mine {
+			out[p] = id
+			for _, t := range topics {
+				byTopic[t] = slices.DeleteFunc(byTopic[t], func(q int) bool { return q == p })
+			}
+		}
+	}
+	return out
+}
+
+// copies returns the plan's standby copies (warm-ups included) and warm-up
+// copies per instance id, without those of a task the member owns (after
+// refusals moved tasks) or refused.
+func copies(plan Plan, owners []uint32, index map[string]uint32, refused map[string][]int, partitions int) (standby, warmup map[string][]int) {
+	keep := func(id string, ts []int) []int {
+		var out []int
+		for _, t := range ts {
+			if t >= 0 && t < partitions && owners[t] != index[id] && !slices.Contains(refused[id], t) {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	for id, ts := range plan.Warmup {
+		if _, ok := index[id]; !ok {
+			continue
+		}
+		if w := keep(id, ts); len(w) > 0 {
+			if warmup == nil {
+				warmup = map[string][]int{}
+			}
+			warmup[id] = normalizeTasks(w)
+		}
+	}
+	for id := range index {
+		s := keep(id, append(slices.Clone(plan.Standby[id]), warmup[id]...))
+		if len(s) > 0 {
+			if standby == nil {
+				standby = map[string][]int{}
+			}
+			standby[id] = normalizeTasks(s)
+		}
+	}
+	return standby, warmup
 }
 
 // checkCounts returns the number of co-partitioned tasks of topics (the

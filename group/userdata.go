@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -22,6 +23,12 @@ import (
 // trailing bytes after a version 1 blob; a blob with a higher version must
 // start with the version 1 fields, and what follows them is ignored, so a
 // newer member can add fields at the end without breaking older leaders.
+// Each version appends its fields after those of the previous one; a
+// decoder reads the fields of the versions it knows, and ignores a group
+// of them (all the fields one version added) that does not decode, as it
+// ignores the fields of versions it does not know. The lowest version that
+// carries the values is written, so a blob without the newer values is
+// byte for byte what an older member writes.
 //
 // Subscription, version 1:
 //
@@ -44,10 +51,40 @@ import (
 //	error       string (at most maxErrLen bytes): why the leader could not
 //	            plan, empty when it could
 //
+// Subscription, version 2: version 1, then the refused tasks (release.go).
+//
+// Subscription, version 3 (high availability): version 2 (the refused
+// list may be empty), then
+//
+//	flags     uvarint: bit 0 set when owned is the member's current
+//	          assignment ("live": its tasks are running), clear when owned
+//	          came from Config.Owned (stores left on disk, before the
+//	          first assignment); other bits are ignored
+//	nHeld     uvarint (at most maxTasks)
+//	held      nHeld tasks, encoded as the owned tasks, then nHeld uvarints:
+//	          the next offset of each task's state partition that the
+//	          member's store lacks (at most maxOffset)
+//	standby   the member's current standby tasks, encoded as the owned tasks
+//
+// Assignment, version 2: version 1, then the recipient's own
+//
+//	standby   tasks it keeps a standby copy of (warm-ups included),
+//	          encoded as the owned tasks
+//	warmup    the subset of standby that are warm-ups, encoded likewise
+//
+// With version 2 the leader sends each member its own blob; the owner map
+// is the same in all of them.
+//
 // The owner map is a member table plus one small index per task, so it costs
 // about one byte per task however long the instance ids are.
 const (
 	userDataVersion = 1
+	// userDataVersionHA is the subscription version with the live flag,
+	// held stores and standbys, and the assignment version with the
+	// recipient's standbys and warm-ups.
+	userDataVersionHA   = 3
+	assignmentVersionHA = 2
+	maxOffset           = 1 << 62 // a Kafka offset is an int64
 
 	maxIDLen     = 255     // Kafka limits group.instance.id to 249 characters
 	maxAddrLen   = 255     // host:port
@@ -67,6 +104,10 @@ type subscription struct {
 	Addr       string
 	Owned      []int // ascending, distinct
 	Refused    []int // ascending, distinct; version 2 (release.go)
+	// Version 3.
+	Live    bool          // Owned is the current assignment, its tasks run
+	Held    map[int]int64 // task -> next state offset its store lacks
+	Standby []int         // ascending, distinct: current standby tasks
 }
 
 // assignmentData is what the leader tells every member in SyncGroup, besides
@@ -78,6 +119,10 @@ type assignmentData struct {
 	Members    []Owner  // member table
 	Owners     []uint32 // per task: 0 = none, i+1 = Members[i]
 	Err        string
+	// Version 2: the recipient's standby tasks (warm-ups included) and
+	// warm-up tasks, ascending.
+	Standby []int
+	Warmup  []int
 }
 
 func appendString(b []byte, s string) []byte {
@@ -108,27 +153,69 @@ func encodeSubscription(s subscription) ([]byte, error) {
 	if len(s.Addr) > maxAddrLen {
 		return nil, fmt.Errorf("group: query address is %d bytes, the limit is %d", len(s.Addr), maxAddrLen)
 	}
-	owned := normalizeTasks(s.Owned)
-	if len(owned) > 0 && (owned[0] < 0 || owned[len(owned)-1] >= maxTasks) {
-		return nil, fmt.Errorf("group: owned task out of range [0, %d)", maxTasks)
+	owned, err := checkTasks("owned", s.Owned)
+	if err != nil {
+		return nil, err
 	}
-	b := make([]byte, 0, 8+len(s.InstanceID)+len(s.Addr)+3*len(owned))
-	refused := normalizeTasks(s.Refused)
-	if len(refused) > 0 && (refused[0] < 0 || refused[len(refused)-1] >= maxTasks) {
-		return nil, fmt.Errorf("group: refused task out of range [0, %d)", maxTasks)
+	refused, err := checkTasks("refused", s.Refused)
+	if err != nil {
+		return nil, err
 	}
+	standby, err := checkTasks("standby", s.Standby)
+	if err != nil {
+		return nil, err
+	}
+	held := make([]int, 0, len(s.Held))
+	for t, off := range s.Held {
+		if off < 0 || off > maxOffset {
+			return nil, fmt.Errorf("group: held task %d: offset %d out of range [0, %d]", t, off, int64(maxOffset))
+		}
+		held = append(held, t)
+	}
+	if held, err = checkTasks("held", held); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 8+len(s.InstanceID)+len(s.Addr)+3*len(owned)+3*len(refused)+10*len(held)+3*len(standby))
 	version := byte(userDataVersion)
-	if len(refused) > 0 {
+	switch {
+	case s.Live || len(held) > 0 || len(standby) > 0:
+		version = userDataVersionHA
+	case len(refused) > 0:
 		version = userDataVersionRefused
 	}
 	b = append(b, version)
 	b = appendString(b, s.InstanceID)
 	b = appendString(b, s.Addr)
 	b = appendTasks(b, owned)
-	if len(refused) > 0 {
+	if version >= userDataVersionRefused {
 		b = appendTasks(b, refused)
 	}
+	if version >= userDataVersionHA {
+		var flags uint64
+		if s.Live {
+			flags |= 1
+		}
+		b = binary.AppendUvarint(b, flags)
+		b = appendTasks(b, held)
+		for _, t := range held {
+			b = binary.AppendUvarint(b, uint64(s.Held[t]))
+		}
+		b = appendTasks(b, standby)
+	}
+	if len(b) > maxUserData {
+		return nil, fmt.Errorf("group: subscription user data is %d bytes, the limit is %d", len(b), maxUserData)
+	}
 	return b, nil
+}
+
+// checkTasks returns tasks normalized (see normalizeTasks), or an error
+// naming what when one is outside [0, maxTasks).
+func checkTasks(what string, tasks []int) ([]int, error) {
+	out := normalizeTasks(tasks)
+	if len(out) > 0 && (out[0] < 0 || out[len(out)-1] >= maxTasks) {
+		return nil, fmt.Errorf("group: %s task out of range [0, %d)", what, maxTasks)
+	}
+	return out, nil
 }
 
 // normalizeTasks returns tasks sorted ascending without duplicates, in a new
@@ -259,13 +346,30 @@ func decodeSubscription(b []byte) (subscription, error) {
 	s.InstanceID = r.string("instance id", maxIDLen)
 	s.Addr = r.string("query address", maxAddrLen)
 	s.Owned = r.tasks("owned tasks")
-	if r.err == nil && !exact && len(r.b) > 0 && b[0] >= userDataVersionRefused {
-		// Version 2 appends the refused tasks; a newer member may append
-		// more after them. Unreadable, they are ignored like any field
-		// of a newer version.
+	if r.err == nil && !exact && b[0] >= userDataVersionRefused {
+		// Version 2 appends the refused tasks, version 3 the live flag,
+		// the held stores and the standbys; a newer member may append
+		// more after them. Unreadable, a version's fields are ignored
+		// like any field of a newer version.
 		sub := reader{b: r.b}
 		if refused := sub.tasks("refused tasks"); sub.err == nil {
 			s.Refused = refused
+			if b[0] >= userDataVersionHA {
+				flags := sub.uvarint("flags", math.MaxUint64)
+				held := sub.tasks("held tasks")
+				offs := make(map[int]int64, len(held))
+				for _, t := range held {
+					offs[t] = int64(sub.uvarint("held offset", maxOffset))
+				}
+				standby := sub.tasks("standby tasks")
+				if sub.err == nil {
+					s.Live = flags&1 != 0
+					if len(held) > 0 {
+						s.Held = offs
+					}
+					s.Standby = standby
+				}
+			}
 		}
 	}
 	if err := r.end(exact); err != nil {
@@ -294,7 +398,19 @@ func encodeAssignment(a assignmentData) ([]byte, error) {
 		errText = errText[:maxErrLen]
 	}
 	b := make([]byte, 0, 16+len(a.Leader)+len(errText)+len(a.Owners)*2+len(a.Members)*32)
-	b = append(b, userDataVersion)
+	standby, err := checkTasks("standby", a.Standby)
+	if err != nil {
+		return nil, err
+	}
+	warmup, err := checkTasks("warm-up", a.Warmup)
+	if err != nil {
+		return nil, err
+	}
+	version := byte(userDataVersion)
+	if len(standby) > 0 || len(warmup) > 0 {
+		version = assignmentVersionHA
+	}
+	b = append(b, version)
 	b = binary.AppendUvarint(b, uint64(a.Moved))
 	b = binary.AppendUvarint(b, uint64(a.Partitions))
 	b = appendString(b, a.Leader)
@@ -313,6 +429,10 @@ func encodeAssignment(a assignmentData) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(o))
 	}
 	b = appendString(b, errText)
+	if version >= assignmentVersionHA {
+		b = appendTasks(b, standby)
+		b = appendTasks(b, warmup)
+	}
 	if len(b) > maxUserData {
 		return nil, fmt.Errorf("group: assignment user data is %d bytes, the limit is %d", len(b), maxUserData)
 	}
@@ -349,6 +469,14 @@ func decodeAssignment(b []byte) (assignmentData, error) {
 		}
 	}
 	a.Err = r.string("error", maxErrLen)
+	if r.err == nil && !exact && b[0] >= assignmentVersionHA {
+		sub := reader{b: r.b}
+		standby := sub.tasks("standby tasks")
+		warmup := sub.tasks("warm-up tasks")
+		if sub.err == nil {
+			a.Standby, a.Warmup = standby, warmup
+		}
+	}
 	if err := r.end(exact); err != nil {
 		return assignmentData{}, err
 	}

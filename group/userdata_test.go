@@ -185,7 +185,8 @@ func TestAssignmentDecodeRejects(t *testing.T) {
 }
 
 func FuzzDecodeSubscription(f *testing.F) {
-	for _, s := range []subscription{{}, {InstanceID: "pod-1", Addr: "h:1", Owned: []int{0, 2, 9}}} {
+	for _, s := range []subscription{{}, {InstanceID: "pod-1", Addr: "h:1", Owned: []int{0, 2, 9}},
+		{InstanceID: "pod-2", Owned: []int{1}, Refused: []int{3}, Live: true, Held: map[int]int64{1: 40, 5: 0}, Standby: []int{5, 7}}} {
 		b, _ := encodeSubscription(s)
 		f.Add(b)
 	}
@@ -210,7 +211,9 @@ func FuzzDecodeSubscription(f *testing.F) {
 }
 
 func FuzzDecodeAssignment(f *testing.F) {
-	for _, a := range []assignmentData{{}, testAssignmentData(), {Err: "boom"}} {
+	ha := testAssignmentData()
+	ha.Standby, ha.Warmup = []int{1, 3}, []int{3}
+	for _, a := range []assignmentData{{}, testAssignmentData(), {Err: "boom"}, ha} {
 		b, _ := encodeAssignment(a)
 		f.Add(b)
 	}
@@ -232,4 +235,143 @@ func FuzzDecodeAssignment(f *testing.F) {
 			t.Fatalf("round trip: %+v != %+v", a, a2)
 		}
 	})
+}
+
+func TestSubscriptionHARoundTrip(t *testing.T) {
+	for _, s := range []subscription{
+		{InstanceID: "pod-0", Owned: []int{1}, Live: true},
+		{InstanceID: "pod-1", Addr: "h:1", Owned: []int{0, 4}, Refused: []int{2}, Live: true,
+			Held: map[int]int64{0: 17, 3: 0, 4: maxOffset}, Standby: []int{3, 5}},
+		{InstanceID: "pod-2", Held: map[int]int64{maxTasks - 1: 1 << 40}},
+		{InstanceID: "pod-3", Standby: []int{0}},
+	} {
+		b, err := encodeSubscription(s)
+		if err != nil {
+			t.Fatalf("encode %+v: %v", s, err)
+		}
+		if b[0] != userDataVersionHA {
+			t.Errorf("%+v: version %d, want %d", s, b[0], userDataVersionHA)
+		}
+		got, err := decodeSubscription(b)
+		if err != nil {
+			t.Fatalf("decode %+v: %v", s, err)
+		}
+		if !reflect.DeepEqual(got, s) {
+			t.Errorf("round trip: got %+v, want %+v", got, s)
+		}
+	}
+}
+
+// An old leader reads the version 1 fields of a version 3 subscription:
+// decoding with the version byte it knows gives the same instance, address
+// and owned tasks.
+func TestSubscriptionHAReadableByOldLeaders(t *testing.T) {
+	s := subscription{InstanceID: "pod-1", Addr: "h:1", Owned: []int{0, 4}, Live: true,
+		Held: map[int]int64{0: 17, 3: 5}, Standby: []int{3}}
+	b, err := encodeSubscription(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := encodeSubscription(subscription{InstanceID: s.InstanceID, Addr: s.Addr, Owned: s.Owned})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b[1:], v1[1:]) {
+		t.Fatalf("version 3 blob %x does not start with the version 1 fields %x", b, v1)
+	}
+	// A version 2 reader (refused tasks, then ignore the rest) sees no
+	// refused tasks and the same version 1 fields.
+	b2 := bytes.Clone(b)
+	b2[0] = userDataVersionRefused
+	got, err := decodeSubscription(b2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := subscription{InstanceID: s.InstanceID, Addr: s.Addr, Owned: s.Owned}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("as version 2: %+v, want %+v", got, want)
+	}
+}
+
+// Without the version 3 values the blob is exactly what older members
+// write: version 1, or version 2 with refused tasks.
+func TestSubscriptionWritesLowestVersion(t *testing.T) {
+	for _, c := range []struct {
+		s    subscription
+		want byte
+	}{
+		{subscription{InstanceID: "a", Owned: []int{1}}, userDataVersion},
+		{subscription{InstanceID: "a", Owned: []int{1}, Refused: []int{2}}, userDataVersionRefused},
+		{subscription{InstanceID: "a", Held: map[int]int64{}}, userDataVersion},
+		{subscription{InstanceID: "a", Live: true}, userDataVersionHA},
+	} {
+		b, err := encodeSubscription(c.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != c.want {
+			t.Errorf("%+v: version %d, want %d", c.s, b[0], c.want)
+		}
+	}
+}
+
+func TestSubscriptionHARejects(t *testing.T) {
+	for name, s := range map[string]subscription{
+		"negative offset": {Held: map[int]int64{1: -1}},
+		"negative held":   {Held: map[int]int64{-1: 1}},
+		"huge standby":    {Standby: []int{maxTasks}},
+	} {
+		if _, err := encodeSubscription(s); err == nil {
+			t.Errorf("%s: encoded", name)
+		}
+	}
+	// A version 3 section that does not decode is ignored, like the fields
+	// of an unknown version; the version 1 fields stay.
+	good, _ := encodeSubscription(subscription{InstanceID: "a", Owned: []int{1}, Live: true, Held: map[int]int64{2: 9}})
+	for name, b := range map[string][]byte{
+		"truncated held": good[:len(good)-2],
+		"huge count":     binary.AppendUvarint([]byte{3, 1, 'a', 0, 1, 2, 0, 1}, 1<<40),
+		"offset too big": binary.AppendUvarint([]byte{3, 1, 'a', 0, 1, 2, 0, 1, 1, 2}, maxOffset+1),
+	} {
+		got, err := decodeSubscription(b)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if got.InstanceID != "a" || got.Live || got.Held != nil || got.Standby != nil {
+			t.Errorf("%s: got %+v, want the version 1 fields only", name, got)
+		}
+	}
+}
+
+func TestAssignmentHARoundTrip(t *testing.T) {
+	a := testAssignmentData()
+	a.Standby = []int{1, 3, 4}
+	a.Warmup = []int{4}
+	b, err := encodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != assignmentVersionHA {
+		t.Errorf("version %d, want %d", b[0], assignmentVersionHA)
+	}
+	got, err := decodeAssignment(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, a) {
+		t.Errorf("round trip: got %+v, want %+v", got, a)
+	}
+	// Old members read the version 1 fields: the owner map is intact.
+	v1, _ := encodeAssignment(testAssignmentData())
+	if !bytes.HasPrefix(b[1:], v1[1:]) {
+		t.Errorf("version 2 blob %x does not start with the version 1 fields %x", b, v1)
+	}
+	// Without standbys and warm-ups the blob is version 1, as before.
+	if v1[0] != userDataVersion {
+		t.Errorf("no standbys: version %d, want %d", v1[0], userDataVersion)
+	}
+	if _, err := encodeAssignment(assignmentData{Standby: []int{-1}}); err == nil {
+		t.Error("negative standby encoded")
+	}
 }
