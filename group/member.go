@@ -54,8 +54,11 @@ type Member struct {
 	// JoinGroup or SyncGroup response, or a heartbeat answer); see Active.
 	lastAlive time.Time
 	// warmups is the number of warm-up copies of this member's latest
-	// plan as leader (for the probing rebalance).
-	warmups atomic.Int64
+	// plan as leader, and unbalanced whether its active counts differ by
+	// more than one (tasks stayed, or failed over to a copy above its
+	// holder's target): either asks for a probing rebalance.
+	warmups    atomic.Int64
+	unbalanced atomic.Bool
 
 	// unpaired is the unpaired partition count of this member's latest plan
 	// as leader (checks.go).
@@ -331,9 +334,9 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 		case <-m.rejoinCh():
 			return errReleased
 		}
-		if a.Leader && m.warmups.Load() > 0 && time.Since(planned) >= m.cfg.ProbingRebalanceInterval {
-			m.log.Info("group: probing rebalance: the plan has warm-ups; rejoining to move the tasks whose copies caught up",
-				"generation", a.Generation, "warmups", m.warmups.Load(), "interval", m.cfg.ProbingRebalanceInterval)
+		if a.Leader && (m.warmups.Load() > 0 || m.unbalanced.Load()) && time.Since(planned) >= m.cfg.ProbingRebalanceInterval {
+			m.log.Info("group: probing rebalance: the plan has warm-ups or is unbalanced; rejoining to move the tasks whose copies caught up",
+				"generation", a.Generation, "warmups", m.warmups.Load(), "unbalanced", m.unbalanced.Load(), "interval", m.cfg.ProbingRebalanceInterval)
 			return errProbing
 		}
 		if a.Leader && time.Since(lastCheck) >= m.cfg.MetadataCheckInterval {
@@ -639,7 +642,10 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 				"member", jm.MemberID, "coordinator", jm.InstanceID, "subscription", jm.Sub.InstanceID)
 		}
 	}
+	starts, ends := m.logOffsets(ctx, members, counts)
 	out, err := computePlan(planInput{
+		Starts:                starts,
+		Ends:                  ends,
 		Assignor:              jresp.ProtocolName,
 		Topics:                m.topics,
 		Counts:                counts,
@@ -648,7 +654,6 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 		Standbys:              m.cfg.Standbys,
 		AcceptableRecoveryLag: m.cfg.AcceptableRecoveryLag,
 		MaxWarmupReplicas:     m.cfg.MaxWarmupReplicas,
-		Ends:                  m.endOffsets(ctx, members, counts),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("group %q: leader: %w", m.cfg.GroupID, err)
@@ -670,6 +675,7 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 		}
 	}
 	m.warmups.Store(int64(out.Warmups))
+	m.unbalanced.Store(unbalanced(out.Tasks))
 	assignments := make([]kafka.SyncGroupRequestAssignment, 0, len(out.Assignments))
 	for id, ga := range out.Assignments {
 		assignments = append(assignments, kafka.SyncGroupRequestAssignment{MemberID: id, Assignment: ga})
@@ -677,22 +683,22 @@ func (m *Member) lead(ctx context.Context, jresp *kafka.JoinGroupResponse) ([]ka
 	return assignments, nil
 }
 
-// endOffsets returns the end offset of every partition of the state topic
-// when some member reports held stores, so that the plan knows their lags;
-// nil when none does or the offsets cannot be read (logged: the plan is
-// then made without lags).
-func (m *Member) endOffsets(ctx context.Context, members []joinedMember, counts map[string]int) map[int]int64 {
+// logOffsets returns the first and the end offset of every partition of
+// the state topic when some member reports held stores, so that the plan
+// knows their lags; nil when none does or the offsets cannot be read
+// (logged: the plan is then made without lags).
+func (m *Member) logOffsets(ctx context.Context, members []joinedMember, counts map[string]int) (starts, ends map[int]int64) {
 	held := false
 	for _, jm := range members {
 		held = held || len(jm.Sub.Held) > 0
 	}
 	n := counts[m.topics[0]]
 	if !held || n == 0 {
-		return nil
+		return nil, nil
 	}
-	reqs := make([]kafka.OffsetRequest, n)
+	reqs := make([]kafka.OffsetRequest, 0, 2*n)
 	for p := range n {
-		reqs[p] = kafka.LastOffsetOf(p)
+		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
 	}
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.SessionTimeout)
 	defer cancel()
@@ -700,9 +706,9 @@ func (m *Member) endOffsets(ctx context.Context, members []joinedMember, counts 
 	if err != nil {
 		m.log.Warn("group: leader cannot read the end offsets of the state topic; planning without lags",
 			"topic", m.topics[0], "err", err)
-		return nil
+		return nil, nil
 	}
-	ends := make(map[int]int64, n)
+	starts, ends = make(map[int]int64, n), make(map[int]int64, n)
 	var failed []int
 	var firstErr error
 	for _, po := range resp.Topics[m.topics[0]] {
@@ -712,14 +718,17 @@ func (m *Member) endOffsets(ctx context.Context, members []joinedMember, counts 
 			continue
 		}
 		ends[po.Partition] = po.LastOffset
+		if po.FirstOffset >= 0 {
+			starts[po.Partition] = po.FirstOffset
+		}
 	}
 	if len(failed) > 0 {
 		slices.Sort(failed)
 		m.log.Warn("group: leader cannot read some end offsets of the state topic; planning without the lags of those tasks",
 			"topic", m.topics[0], "partitions", failed, "err", firstErr)
 	}
-	m.log.Debug("group: leader read the end offsets of the state topic", "topic", m.topics[0], "ends", ends)
-	return ends
+	m.log.Debug("group: leader read the offsets of the state topic", "topic", m.topics[0], "starts", starts, "ends", ends)
+	return starts, ends
 }
 
 // partitionCounts returns the partition count of every configured topic that
@@ -866,4 +875,17 @@ func (m *Member) FetchOffsets(ctx context.Context, topic string, partitions []in
 		}
 	}
 	return out, nil
+}
+
+// unbalanced reports whether the active task counts of a plan differ by
+// more than one.
+func unbalanced(tasks map[string][]int) bool {
+	lo, hi := -1, 0
+	for _, ts := range tasks {
+		if lo < 0 || len(ts) < lo {
+			lo = len(ts)
+		}
+		hi = max(hi, len(ts))
+	}
+	return lo >= 0 && hi-lo > 1
 }

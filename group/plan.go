@@ -43,6 +43,9 @@ type planInput struct {
 	// offset of the next record), read by the leader before planning; nil
 	// when unknown. With the members' held stores it gives the lags.
 	Ends map[int]int64
+	// Starts maps a task to the first offset its state partition still
+	// holds: a member with no copy of the task is end - start behind.
+	Starts map[int]int64
 }
 
 // planOutput is the leader's answer.
@@ -166,7 +169,7 @@ func computePlan(in planInput) (planOutput, error) {
 	if err != nil {
 		return planOutput{}, fmt.Errorf("group: plan: %w", err)
 	}
-	prevStandby, lags := haInputs(members, partitions, in.Ends)
+	prevStandby, lags := haInputs(members, partitions, in.Starts, in.Ends, in.AcceptableRecoveryLag)
 	out.Lags = lags
 	plan, err := assignor.Plan(PlanRequest{
 		Partitions: partitions, Topics: in.Topics, Members: ids, Previous: previous,
@@ -265,9 +268,34 @@ func computePlan(in planInput) (planOutput, error) {
 
 // haInputs collects the standbys the members reported and, when the end
 // offsets are known, the lag of every copy they hold: max(0, end - next
-// offset the copy lacks), by instance id. Tasks outside [0, partitions)
-// are dropped; lags is nil when no member holds a copy with a known end.
-func haInputs(members []joinedMember, partitions int, ends map[int]int64) (prevStandby map[string][]int, lags map[string]map[int]int64) {
+// offset the copy lacks), by instance id. A member without a copy of a
+// task is as far behind as the partition is long (end - start): when that
+// is at most acceptable, it counts as a caught-up copy too, so a task with
+// little history moves at once instead of warming up (with the start
+// unknown, no such entry is made). Tasks outside [0, partitions) are
+// dropped; lags is nil when no member holds a copy with a known end.
+func haInputs(members []joinedMember, partitions int, starts, ends map[int]int64, acceptable int64) (prevStandby map[string][]int, lags map[string]map[int]int64) {
+	defer func() {
+		if lags == nil {
+			return
+		}
+		for _, m := range members {
+			for t := range partitions {
+				start, okS := starts[t]
+				end, okE := ends[t]
+				if !okS || !okE || end-start > acceptable {
+					continue
+				}
+				if _, has := lags[m.InstanceID][t]; has {
+					continue
+				}
+				if lags[m.InstanceID] == nil {
+					lags[m.InstanceID] = map[int]int64{}
+				}
+				lags[m.InstanceID][t] = max(0, end-start)
+			}
+		}
+	}()
 	for _, m := range members {
 		for _, t := range m.Sub.Standby {
 			if t < partitions {

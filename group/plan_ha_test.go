@@ -265,3 +265,57 @@ func TestPlanWithheldTaskKeepsStandby(t *testing.T) {
 		}
 	}
 }
+
+// A member without a copy of a task is as far behind as the task's
+// partition is long: a short partition needs no warm-up, a long one does.
+func TestPlanShortPartitionsMoveWithoutWarmup(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		length        int64 // records in each partition
+		pod1, warmups int
+	}{
+		{"short partitions", 5, 3, 0},
+		{"long partitions", 1000, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := fourMembersSixPartitions
+			in.Assignor = AssignorCopartition
+			in.Members = members(2, map[string][]int{"pod-0": {0, 1, 2, 3, 4, 5}})
+			in.Members[0].Sub.Live = true
+			in.AcceptableRecoveryLag, in.MaxWarmupReplicas = 10, 2
+			in.Members[0].Sub.Held = map[int]int64{}
+			in.Starts, in.Ends = map[int]int64{}, map[int]int64{}
+			for p := range 6 {
+				in.Members[0].Sub.Held[p] = 100 + tc.length
+				in.Starts[p], in.Ends[p] = 100, 100+tc.length
+			}
+			out, err := computePlan(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Tasks that move from a live owner are withheld first: count
+			// what pod-1 is planned to get.
+			got := len(out.Tasks["pod-1"]) + len(out.Withheld)
+			if got != tc.pod1 || out.Warmups != tc.warmups {
+				t.Errorf("pod-1 planned %d tasks (%v, withheld %v) with %d warm-ups, want %d and %d; lags %v",
+					got, out.Tasks, out.Withheld, out.Warmups, tc.pod1, tc.warmups, out.Lags)
+			}
+		})
+	}
+}
+
+func TestUnbalanced(t *testing.T) {
+	for _, tc := range []struct {
+		tasks map[string][]int
+		want  bool
+	}{
+		{nil, false},
+		{map[string][]int{"a": {0, 1}, "b": {2}}, false},
+		{map[string][]int{"a": {0, 1, 2}, "b": {3}}, true},
+		{map[string][]int{"a": {0, 1}, "b": nil}, true},
+	} {
+		if got := unbalanced(tc.tasks); got != tc.want {
+			t.Errorf("unbalanced(%v) = %v, want %v", tc.tasks, got, tc.want)
+		}
+	}
+}

@@ -233,8 +233,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		HistoryRetention: cfg.HistoryRetention,
 		HTTPClient:       n.peer.client(),
 		StartOffset:      cfg.StartOffset,
-		Registerer:       n.reg,
-		Logger:           cfg.Logger,
+		// The group withholds a moving task until its owner gave it
+		// up (group.Handler), so only the tasks that move pause.
+		CooperativeRebalancing: true,
+		Registerer:             n.reg,
+		Logger:                 cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
