@@ -121,6 +121,8 @@ type cluster struct {
 	// net is how the cluster's clients and workers reach the broker:
 	// plaintext on brokers, or the secure suite's settings.
 	net *clusterNet
+	// flags are added to every `joiner run` of this cluster.
+	flags []string
 }
 
 // clusterNet is the connection settings of a cluster.
@@ -373,6 +375,7 @@ func (c *cluster) start(id string) *worker {
 		"--http-addr", w.addr,
 	}, workerFlags...)
 	args = append(args, c.net.runFlags...)
+	args = append(args, c.flags...)
 	w.cmd = exec.Command(joinerBin, args...)
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	if err := w.cmd.Start(); err != nil {
