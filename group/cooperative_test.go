@@ -249,11 +249,17 @@ func TestProbingRebalance(t *testing.T) {
 // probingRebalance runs on the brokers at addrs; edit, when set, adjusts
 // each member's config (topics, group) first.
 func probingRebalance(t *testing.T, addrs []string, edit func(*Config)) {
+	// 20 records in every partition of the state topic: a member with no
+	// copy is 20 behind, more than the acceptable 10.
+	cfg := Config{Topics: testTopicSet}
+	if edit != nil {
+		edit(&cfg)
+	}
+	produceTo(t, addrs, cfg.Topics.Market, []int{0, 1, 2, 3, 4, 5}, 20)
 	var mu sync.Mutex
 	held := map[string]map[int]int64{
-		// pod-a runs everything and holds every store at offset 0: with
-		// an empty topic every lag is 0.
-		"pod-a": {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0},
+		// pod-a runs everything and holds every store at the end (lag 0).
+		"pod-a": {0: 20, 1: 20, 2: 20, 3: 20, 4: 20, 5: 20},
 	}
 	ha := func(id string) func(*Config) {
 		return func(cfg *Config) {
@@ -297,7 +303,7 @@ func probingRebalance(t *testing.T, addrs []string, edit func(*Config)) {
 	// pod-b's warm-up copies catch up: the next probe moves their tasks
 	// (through the cooperative handover), and a later one the last task.
 	mu.Lock()
-	held["pod-b"] = map[int]int64{warm[0]: 0, warm[1]: 0}
+	held["pod-b"] = map[int]int64{warm[0]: 20, warm[1]: 20}
 	mu.Unlock()
 	waitFor(t, 10*time.Second, "the warmed-up tasks on pod-b", func() bool {
 		cur, _ := b.Current()
@@ -305,7 +311,7 @@ func probingRebalance(t *testing.T, addrs []string, edit func(*Config)) {
 		return len(tasks) >= 2 && slices.Contains(tasks, warm[0]) && slices.Contains(tasks, warm[1])
 	})
 	mu.Lock()
-	held["pod-b"] = map[int]int64{0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0}
+	held["pod-b"] = map[int]int64{0: 20, 1: 20, 2: 20, 3: 20, 4: 20, 5: 20}
 	mu.Unlock()
 	tasks, _ := stableTasks(t, a, b)
 	waitFor(t, 10*time.Second, "a balanced plan", func() bool {
@@ -386,20 +392,7 @@ func TestLeaderComputesLagsFromEndOffsets(t *testing.T) {
 // state topic and checks the plan for two members with the given copies;
 // noLags: the leader cannot read the end offsets.
 func leaderComputesLags(t *testing.T, addrs []string, topics record.Topics, groupID string, noLags bool) {
-	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 5 * time.Second}
-	recs := make([]kafka.Record, 20)
-	for i := range recs {
-		recs[i] = kafka.Record{Value: kafka.NewBytes([]byte("tick"))}
-	}
-	for _, p := range []int{3, 4} {
-		// A fresh topic on a real broker may answer NOT_LEADER for a
-		// moment.
-		waitFor(t, 10*time.Second, fmt.Sprintf("20 records produced to %s-%d", topics.Market, p), func() bool {
-			resp, err := client.Produce(context.Background(), &kafka.ProduceRequest{Topic: topics.Market, Partition: p,
-				RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
-			return err == nil && resp.Error == nil
-		})
-	}
+	produceTo(t, addrs, topics.Market, []int{3, 4}, 20)
 	ha := func(held map[int]int64) func(*Config) {
 		return func(cfg *Config) {
 			cfg.Topics, cfg.GroupID = topics, groupID
@@ -421,7 +414,27 @@ func leaderComputesLags(t *testing.T, addrs []string, topics record.Topics, grou
 		}
 		return
 	}
-	if !slices.Equal(tasks["pod-b"], []int{3}) || !slices.Equal(cur.Warmup, []int{4, 5}) {
-		t.Errorf("pod-b has %v, warm-ups %v; want [3] (caught up) and [4 5]", tasks["pod-b"], cur.Warmup)
+	// 5 is empty: pod-b, with no copy, is 0 records behind, caught up.
+	if !slices.Equal(tasks["pod-b"], []int{3, 5}) || !slices.Equal(cur.Warmup, []int{4}) {
+		t.Errorf("pod-b has %v, warm-ups %v; want [3 5] (caught up, and an empty partition) and [4]", tasks["pod-b"], cur.Warmup)
+	}
+}
+
+// produceTo writes n records to each of partitions of topic.
+func produceTo(t *testing.T, addrs []string, topic string, partitions []int, n int) {
+	t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 5 * time.Second}
+	recs := make([]kafka.Record, n)
+	for i := range recs {
+		recs[i] = kafka.Record{Value: kafka.NewBytes([]byte("tick"))}
+	}
+	for _, p := range partitions {
+		// A fresh topic on a real broker may answer NOT_LEADER for a
+		// moment.
+		waitFor(t, 10*time.Second, fmt.Sprintf("%d records produced to %s-%d", n, topic, p), func() bool {
+			resp, err := client.Produce(context.Background(), &kafka.ProduceRequest{Topic: topic, Partition: p,
+				RequiredAcks: kafka.RequireAll, Records: kafka.NewRecordReader(recs...)})
+			return err == nil && resp.Error == nil
+		})
 	}
 }
