@@ -423,13 +423,19 @@ func endOffsets(ctx context.Context, t *testing.T, b *demo.Broker, ps []int) []i
 }
 
 // TestScaleOutWithStandbys is seed 000's scale-out, 1 to 8 workers on 8
-// partitions, with one standby per task and warm-ups off: at every step the
+// partitions, with one standby per task and the CLI's defaults of the
+// recovery lag and warm-ups (the partitions are short, so every worker's
+// copy counts as caught up and nothing waits for a warm-up): at every step the
 // active counts differ by at most one (standbys never unbalance them), the
 // standby counts too, no worker holds a standby of its own task, and at 8
 // workers every worker has exactly one active task.
 func TestScaleOutWithStandbys(t *testing.T) {
 	t.Parallel()
-	f := haFleet(t, 8, func(c *node.Config) { c.StandbyReplicas = 1 })
+	f := haFleet(t, 8, func(c *node.Config) {
+		c.StandbyReplicas = 1
+		c.AcceptableRecoveryLag = copartition.DefaultAcceptableRecoveryLag
+		c.MaxWarmupReplicas = copartition.DefaultMaxWarmupReplicas
+	})
 	var names []string
 	for i := 1; i <= 8; i++ {
 		names = append(names, fmt.Sprintf("w%d", i))

@@ -269,3 +269,49 @@ func (c *cluster) longestAlertGap(tasks []int, from, to time.Time) time.Duration
 	}
 	return longest
 }
+
+// TestIntegrationScaleOutWithStandbys is seed 000's scale-out on Kafka: 1
+// to 8 `joiner run` processes on 8 partitions with --standby-replicas 1 and
+// the other defaults (warm-ups on), under load. After each step: active
+// counts within one, standby counts within one, K standbys per task on
+// workers other than its owner; at 8 workers one active task each.
+func TestIntegrationScaleOutWithStandbys(t *testing.T) {
+	c := newCluster(t, 8)
+	c.flags = []string{"--standby-replicas", "1"}
+	l := c.startLoad("seed000", 16, 2, 1, 200)
+	var ws []*worker
+	var st stable
+	for i := 1; i <= 8; i++ {
+		ws = append(ws, c.start(fmt.Sprintf("w%d", i)))
+		st = c.waitBalanced(ws, 60*time.Second)
+		var active, standby []int
+		copies := make([]int, c.partitions)
+		for _, w := range ws {
+			v := st.views[w.id]
+			active = append(active, len(v.Tasks))
+			standby = append(standby, len(v.StandbyTasks))
+			for _, p := range v.StandbyTasks {
+				copies[p]++
+				if slices.Contains(v.Tasks, p) {
+					t.Errorf("%d workers: %s holds task %d both active and standby", i, w.id, p)
+				}
+			}
+		}
+		t.Logf("%d workers (generation %d): active %v standby %v", i, st.gen, active, standby)
+		if slices.Max(standby)-slices.Min(standby) > 1 {
+			t.Errorf("%d workers: standby counts %v differ by more than one", i, standby)
+		}
+		for p, n := range copies {
+			if n != min(1, i-1) {
+				t.Errorf("%d workers: task %d has %d standbys, want %d", i, p, n, min(1, i-1))
+			}
+		}
+	}
+	for _, w := range ws {
+		if n := len(st.views[w.id].Tasks); n != 1 {
+			t.Errorf("8 workers: %s has %d active tasks, want exactly 1", w.id, n)
+		}
+	}
+	c.waitRuns(l, l.completed()+2, 30*time.Second)
+	c.drain("scale-out 1->8 with standbys", l, ws, st.gen)
+}
