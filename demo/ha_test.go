@@ -1,14 +1,11 @@
 package demo_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -113,53 +110,14 @@ func (l *oracleLoad) check(ctx context.Context, t *testing.T, b *demo.Broker, no
 	return rep
 }
 
-// metrics scrapes a worker's /metrics: the value of every sample, keyed by
-// its name and labels as exposed (`name{a="b"}`).
-func metrics(t *testing.T, n *node.Node) map[string]float64 {
+// metrics scrapes a worker's /metrics.
+func metrics(t *testing.T, n *node.Node) testkit.Metrics {
 	t.Helper()
-	resp, err := http.Get("http://" + n.Addr() + "/metrics")
+	m, err := testkit.Scrape(http.DefaultClient, "http://"+n.Addr()+"/metrics")
 	if err != nil {
-		t.Fatalf("scraping %s: %v", n.InstanceID(), err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return out
-}
-
-// sum adds the samples of m whose key starts with name and contains every
-// one of labels.
-func sum(m map[string]float64, name string, labels ...string) float64 {
-	var s float64
-	for k, v := range m {
-		if k != name && !strings.HasPrefix(k, name+"{") {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			ok = ok && strings.Contains(k, l)
-		}
-		if ok {
-			s += v
-		}
-	}
-	return s
+	return m
 }
 
 // alertTimes reads every alert written so far and returns, per task, the
@@ -222,7 +180,7 @@ func TestCooperativeScaleOut(t *testing.T) {
 	before := f.Owners()
 	paused := map[string]float64{}
 	for _, w := range old {
-		paused[w] = sum(metrics(t, f.Workers()[w]), "joiner_rebalance_pause_seconds_count")
+		paused[w] = metrics(t, f.Workers()[w]).Sum("joiner_rebalance_pause_seconds_count")
 	}
 	scaleStart := time.Now()
 	mustDo(t, startErr(f.Start(context.Background(), "w4")))
@@ -247,7 +205,7 @@ func TestCooperativeScaleOut(t *testing.T) {
 				gave++
 			}
 		}
-		got := sum(metrics(t, f.Workers()[w]), "joiner_rebalance_pause_seconds_count") - paused[w]
+		got := metrics(t, f.Workers()[w]).Sum("joiner_rebalance_pause_seconds_count") - paused[w]
 		t.Logf("%s gave up %d tasks; paused %v tasks", w, gave, got)
 		if got != float64(gave) {
 			t.Errorf("%s: %v tasks paused in the scale-out, want %d (only the tasks that moved)", w, got, gave)
@@ -298,7 +256,7 @@ func TestStandbyFailover(t *testing.T) {
 				waitUntil(t, 30*time.Second, "standbys to catch up", func() bool {
 					for _, w := range workers {
 						m := metrics(t, f.Workers()[w])
-						if sum(m, "joiner_tasks", `role="standby"`) == 0 || sum(m, "joiner_standby_lag_records") > 100 {
+						if m.Sum("joiner_tasks", `role="standby"`) == 0 || m.Sum("joiner_standby_lag_records") > 100 {
 							return false
 						}
 					}
@@ -316,7 +274,7 @@ func TestStandbyFailover(t *testing.T) {
 			for _, w := range workers {
 				if w != victim {
 					m := metrics(t, f.Workers()[w])
-					restored[w] = sum(m, "joiner_restore_records_total", `reason="move"`) + sum(m, "joiner_restore_records_total", `reason="failover"`)
+					restored[w] = m.Sum("joiner_restore_records_total", `reason="move"`) + m.Sum("joiner_restore_records_total", `reason="failover"`)
 				}
 			}
 			endsAtKill := endOffsets(ctx, t, b, lost)
@@ -335,7 +293,7 @@ func TestStandbyFailover(t *testing.T) {
 			var got float64
 			for w, was := range restored {
 				m := metrics(t, f.Workers()[w])
-				got += sum(m, "joiner_restore_records_total", `reason="move"`) + sum(m, "joiner_restore_records_total", `reason="failover"`) - was
+				got += m.Sum("joiner_restore_records_total", `reason="move"`) + m.Sum("joiner_restore_records_total", `reason="failover"`) - was
 			}
 			var size int64
 			for _, e := range endsAtTakeover {

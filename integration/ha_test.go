@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,53 +19,21 @@ import (
 // run` processes: standby failover after kill -9, and the cooperative
 // handover of a scale-out. The figures are printed with t.Logf (go test -v).
 
-// metricsOf scrapes a worker's /metrics into name{labels} -> value.
-func (w *worker) metricsOf(t *testing.T) map[string]float64 {
+// metricsOf scrapes a worker's /metrics.
+func (w *worker) metricsOf(t *testing.T) testkit.Metrics {
 	t.Helper()
-	resp, err := w.net.http.Get(w.net.scheme + "://" + w.addr + "/metrics")
+	m, err := testkit.Scrape(w.net.http, w.net.scheme+"://"+w.addr+"/metrics")
 	if err != nil {
-		t.Fatalf("scraping %s: %v", w.id, err)
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out
-}
-
-// metricSum adds the samples of m named name that carry every label given.
-func metricSum(m map[string]float64, name string, labels ...string) float64 {
-	var s float64
-	for k, v := range m {
-		if k != name && !strings.HasPrefix(k, name+"{") {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			ok = ok && strings.Contains(k, l)
-		}
-		if ok {
-			s += v
-		}
-	}
-	return s
+	return m
 }
 
 // activeRestored is what a worker restored into tasks it runs as active:
 // joiner_restore_records_total of reasons move and failover.
-func activeRestored(m map[string]float64) float64 {
-	return metricSum(m, "joiner_restore_records_total", `reason="move"`) +
-		metricSum(m, "joiner_restore_records_total", `reason="failover"`)
+func activeRestored(m testkit.Metrics) float64 {
+	return m.Sum("joiner_restore_records_total", `reason="move"`) +
+		m.Sum("joiner_restore_records_total", `reason="failover"`)
 }
 
 // TestIntegrationStandbyFailover kills (-9) one of 4 workers under load,
@@ -97,7 +63,7 @@ func standbyFailover(t *testing.T, k int) {
 		c.poll("standbys caught up", 60*time.Second, func() (bool, string) {
 			for _, w := range ws {
 				m := w.metricsOf(t)
-				if metricSum(m, "joiner_tasks", `role="standby"`) == 0 || metricSum(m, "joiner_standby_lag_records") > 100 {
+				if m.Sum("joiner_tasks", `role="standby"`) == 0 || m.Sum("joiner_standby_lag_records") > 100 {
 					return false, w.id + " has no standby yet, or one lags"
 				}
 			}
@@ -191,7 +157,7 @@ func TestIntegrationCooperativeScaleOut(t *testing.T) {
 	st = c.waitStable(ws, 0, 10*time.Second)
 	paused := map[string]float64{}
 	for _, w := range ws {
-		paused[w.id] = metricSum(w.metricsOf(t), "joiner_rebalance_pause_seconds_count")
+		paused[w.id] = w.metricsOf(t).Sum("joiner_rebalance_pause_seconds_count")
 	}
 	from := time.Now()
 	ws = append(ws, c.start("w4"))
@@ -212,7 +178,7 @@ func TestIntegrationCooperativeScaleOut(t *testing.T) {
 				gave++
 			}
 		}
-		got := metricSum(w.metricsOf(t), "joiner_rebalance_pause_seconds_count") - paused[w.id]
+		got := w.metricsOf(t).Sum("joiner_rebalance_pause_seconds_count") - paused[w.id]
 		t.Logf("%s gave up %d tasks, paused %.0f", w.id, gave, got)
 		if got != float64(gave) {
 			t.Errorf("%s: %.0f tasks paused in the scale-out, want %d (the tasks that moved)", w.id, got, gave)
