@@ -13,11 +13,13 @@ import (
 )
 
 // fetched is one fetch of a prefetching reader: its records (possibly
-// none) and the reader's position and high watermark after it.
+// none), the reader's position and high watermark after it, and when the
+// fetch was sent.
 type fetched struct {
 	recs []fetchedRecord
 	next int64
 	hwm  int64
+	sent time.Time
 }
 
 // prefetch reads r in a goroutine owned by the caller (wg) until ctx is
@@ -28,6 +30,7 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 	go func() {
 		defer wg.Done()
 		for attempt := 0; ctx.Err() == nil; {
+			sent := time.Now()
 			recs, err := r.fetch(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -41,7 +44,7 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 			}
 			attempt = 0
 			select {
-			case ch <- fetched{recs: recs, next: r.next, hwm: r.hwm}:
+			case ch <- fetched{recs: recs, next: r.next, hwm: r.hwm, sent: sent}:
 			case <-ctx.Done():
 				return
 			}
@@ -79,6 +82,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait), log)
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
 	m.out = t.startOutbox(fctx, &wg)
+	ends := make(chan endCheck, 1)
 	lookupFailures := 0
 	for {
 		if err := m.enterGate(ctx); err != nil {
@@ -105,12 +109,16 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		// its end.
 		idle := time.Duration(-1)
 		if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
+			if m.otherSideFetchedToEnd() {
+				m.force = true
+				continue
+			}
 			if !m.checked {
+				// Ask for the other side's end without holding up the
+				// merge: its answer is taken below if the wait is still
+				// the same.
 				m.checked = true
-				if m.otherSideAtEnd(ctx) {
-					m.force = true
-					continue
-				}
+				m.checkEndAsync(fctx, &wg, ends)
 			}
 			if m.waitStart.IsZero() {
 				m.waitStart = time.Now()
@@ -143,6 +151,14 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 			m.takeMarket(f)
 		case f := <-nIn:
 			m.takeNotifications(f)
+		case e := <-ends:
+			switch {
+			case e.wait != m.wait:
+			case !e.covers(&m):
+				m.checked = false // records came in since: ask again
+			case e.atEnd(&m):
+				m.force = true
+			}
 		case <-timeout:
 			m.idleExpired(ctx, mCh, nCh, log)
 		case <-ctx.Done():
@@ -175,10 +191,89 @@ type merger struct {
 	force     bool
 	// stallLogged: this wait for the market was logged already.
 	stallLogged bool
+	// wait numbers the waits, so that the answer of an end check made for
+	// an earlier one is not taken for the current one.
+	wait uint64
+
+	// For each side: when its newest buffered batch was received, and
+	// when the latest fetch that found it at its end (its position at the
+	// high watermark) was sent. A side at its end by a fetch sent after
+	// the other side's buffered records were received holds nothing older
+	// than them: they need not wait for it (see otherSideFetchedToEnd).
+	mRecv, nRecv       time.Time
+	mEndSent, nEndSent time.Time
 }
 
 func (m *merger) progressed() {
 	m.waitStart, m.checked, m.stallLogged = time.Time{}, false, false
+	m.wait++
+}
+
+// otherSideFetchedToEnd reports whether the side with nothing buffered was
+// fetched to its end by a fetch sent after the other side's buffered
+// records were received: every record it had before they were produced is
+// then read (the same proof as otherSideAtEnd's end offset, without
+// asking).
+func (m *merger) otherSideFetchedToEnd() bool {
+	switch {
+	case len(m.nbuf) > 0 && len(m.mbuf) == 0:
+		return !m.mEndSent.IsZero() && m.mEndSent.After(m.nRecv)
+	case len(m.mbuf) > 0 && len(m.nbuf) == 0:
+		return !m.nEndSent.IsZero() && m.nEndSent.After(m.mRecv)
+	}
+	return false
+}
+
+// endCheck is the answer of an asynchronous end check made for wait:
+// the end offset of the side that had nothing buffered.
+type endCheck struct {
+	wait   uint64
+	market bool
+	sent   time.Time
+	end    int64
+	err    error
+}
+
+// covers reports whether the check was sent after the buffered records of
+// the side waiting were received (the end it found is later than them).
+func (e endCheck) covers(m *merger) bool {
+	if e.market {
+		return e.sent.After(m.nRecv)
+	}
+	return e.sent.After(m.mRecv)
+}
+
+// atEnd reports whether the side checked has been read to the end found.
+func (e endCheck) atEnd(m *merger) bool {
+	next := m.nNext
+	if e.market {
+		next = m.mNext
+	}
+	return e.err == nil && next >= 0 && next >= e.end
+}
+
+// checkEndAsync reads the end offset of the side with nothing buffered in
+// a goroutine owned by wg and sends the answer to ends.
+func (m *merger) checkEndAsync(ctx context.Context, wg *sync.WaitGroup, ends chan<- endCheck) {
+	w := m.t.w
+	e := endCheck{wait: m.wait, market: len(m.mbuf) == 0}
+	topic := w.cfg.Topics.Notifications
+	if e.market {
+		topic = w.cfg.Topics.Market
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.sent = time.Now()
+		e.end, e.err = listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
+		if e.err != nil && ctx.Err() == nil {
+			w.metrics.FetchErrors.Inc() // the wait goes on; MaxTaskIdle still bounds it
+		}
+		select {
+		case ends <- e:
+		case <-ctx.Done():
+		}
+	}()
 }
 
 // enterGate passes the rebalance gate. The time spent waiting at it does
@@ -197,20 +292,28 @@ func (m *merger) enterGate(ctx context.Context) error {
 
 func (m *merger) takeMarket(f fetched) {
 	m.mNext = f.next
+	if f.hwm >= 0 && f.next >= f.hwm && f.sent.After(m.mEndSent) {
+		m.mEndSent = f.sent
+	}
 	if len(f.recs) > 0 {
 		if len(m.mbuf) == 0 {
 			m.progressed()
 		}
+		m.mRecv = time.Now()
 		m.mbuf = append(m.mbuf, f.recs...)
 	}
 }
 
 func (m *merger) takeNotifications(f fetched) {
 	m.nNext = f.next
+	if f.hwm >= 0 && f.next >= f.hwm && f.sent.After(m.nEndSent) {
+		m.nEndSent = f.sent
+	}
 	if len(f.recs) > 0 {
 		if len(m.nbuf) == 0 {
 			m.progressed()
 		}
+		m.nRecv = time.Now()
 		m.nbuf = append(m.nbuf, f.recs...)
 	}
 	if f.hwm >= 0 {
@@ -275,10 +378,11 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 }
 
 // pass consumes the buffers as far as the merge order allows: ticks are
-// applied to the store, notifications joined in chunks of at most
-// mergeChunk, and each chunk's alerts handed to the outbox, which writes
-// them while the next chunk is joined (without an outbox: written and
-// acknowledged before the pass goes on).
+// applied to the store, notifications joined in runs of at most
+// mergeChunk, and their alerts handed to the outbox in chunks of about
+// mergeChunk (and at the end of the pass), which it writes while the next
+// chunk is joined (without an outbox: written and acknowledged before the
+// pass goes on).
 func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
@@ -323,11 +427,22 @@ func (m *merger) pass(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		alerts, dead = append(alerts, a...), append(dead, bad...)
+		if alerts == nil {
+			alerts = a
+		} else {
+			alerts = append(alerts, a...)
+		}
+		dead = append(dead, bad...)
 		acked = recs[len(recs)-1].Offset + 1
 		ackedTs = max(ackedTs, maxTs(recs))
 		m.nbuf = m.nbuf[len(recs):]
-		return flush()
+		// The joins between two ticks are often a handful of
+		// notifications: they go out together, one chunk per pass or
+		// per mergeChunk, not one write per run between ticks.
+		if len(alerts)+len(dead) >= mergeChunk {
+			return flush()
+		}
+		return nil
 	}
 	apply := func(recs []fetchedRecord) error {
 		if err := m.st.applyRetrying(ctx, recs, m.st.dlqFrom); err != nil {

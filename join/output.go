@@ -96,7 +96,7 @@ type chunk struct {
 
 // outboxDepth is how many joined chunks may wait for the writer: the merge
 // joins ahead while the oldest is written, and blocks past that.
-const outboxDepth = 2
+const outboxDepth = 4
 
 // startOutbox starts the task's writer goroutine (owned by wg, stopped by
 // ctx): it writes the chunks in order, waits for each acknowledgement,
@@ -124,11 +124,29 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<
 			case <-ctx.Done():
 				return
 			case c := <-ch:
+				// Chunks that queued up while the last write was in
+				// flight go out in the same write: under load the writes
+				// grow instead of the queue.
+				held := 1
+			more:
+				for held < outboxDepth {
+					select {
+					case d := <-ch:
+						held++
+						c.alerts = append(c.alerts, d.alerts...)
+						c.dead = append(c.dead, d.dead...)
+						c.next, c.ts = d.next, max(c.ts, d.ts)
+					default:
+						break more
+					}
+				}
 				err := t.flush(ctx, c.alerts, c.dead)
 				if err == nil {
 					t.ack(c.next, c.ts)
 				}
-				t.w.gate.leave()
+				for range held {
+					t.w.gate.leave()
+				}
 				if err != nil {
 					return
 				}
