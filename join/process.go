@@ -128,6 +128,7 @@ func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadL
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
+	good = make([]pending, 0, len(recs))
 	for _, rec := range recs {
 		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
