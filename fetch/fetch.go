@@ -30,17 +30,36 @@ type Record struct {
 	Value  []byte
 }
 
-// Request is the fetch of one partition at offset: at least one byte,
-// at most MaxBytes, waiting up to maxWait for the first byte.
-func Request(topic string, partition int, offset int64, maxWait time.Duration) *kafka.FetchRequest {
+// FirstMaxBytes is the most the first fetch of a reader returns; each
+// fetch after it may return twice as much as the one before, up to
+// MaxBytes. A reader that starts on a backlog so has its first records
+// after a small fetch (the first alert of a backlog does not wait for a
+// megabyte to be read and decoded by every task at once), and reaches
+// full-size fetches after a few.
+const FirstMaxBytes = 64 << 10
+
+// Request is the fetch of one partition at offset: at least one byte, at
+// most maxBytes (see NextMaxBytes), waiting up to maxWait for the first
+// byte.
+func Request(topic string, partition int, offset int64, maxWait time.Duration, maxBytes int) *kafka.FetchRequest {
 	return &kafka.FetchRequest{
 		Topic:     topic,
 		Partition: partition,
 		Offset:    offset,
 		MinBytes:  1,
-		MaxBytes:  MaxBytes,
+		MaxBytes:  int64(maxBytes),
 		MaxWait:   maxWait,
 	}
+}
+
+// NextMaxBytes is the size limit of a reader's next fetch after one of
+// prev bytes (0 before the first): FirstMaxBytes, then doubling up to
+// MaxBytes.
+func NextMaxBytes(prev int) int {
+	if prev <= 0 {
+		return FirstMaxBytes
+	}
+	return min(2*prev, MaxBytes)
 }
 
 // slabBytes is the size of the buffers keys and values are carved from;

@@ -43,6 +43,8 @@ type partitionReader struct {
 	// lastN is the number of records the last fetch returned: the
 	// capacity the next one starts with.
 	lastN int
+	// maxBytes is the size limit of the last fetch (fetch.NextMaxBytes).
+	maxBytes int
 }
 
 func newPartitionReader(c Fetcher, topic string, partition int, next int64, maxWait time.Duration) *partitionReader {
@@ -76,7 +78,8 @@ func (r *partitionReader) fetch(ctx context.Context) ([]fetchedRecord, error) {
 		}
 		r.next = first
 	}
-	res, err := r.client.Fetch(ctx, fetch.Request(r.topic, r.partition, r.next, r.maxWait))
+	r.maxBytes = fetch.NextMaxBytes(r.maxBytes)
+	res, err := r.client.Fetch(ctx, fetch.Request(r.topic, r.partition, r.next, r.maxWait, r.maxBytes))
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, err)
 	}

@@ -59,6 +59,10 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 const (
 	mergeBufferRecords = 20000
 	mergeChunk         = 2000
+	// firstChunk bounds a task's first chunk: its first alerts are
+	// written after a few hundred notifications are joined, not a full
+	// chunk.
+	firstChunk = 250
 )
 
 // runMerged processes a task whose state is local: it reads market-p and
@@ -152,13 +156,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		case f := <-nIn:
 			m.takeNotifications(f)
 		case e := <-ends:
-			switch {
-			case e.wait != m.wait:
-			case !e.covers(&m):
-				m.checked = false // records came in since: ask again
-			case e.atEnd(&m):
-				m.force = true
-			}
+			m.takeEndCheck(e)
 		case <-timeout:
 			m.idleExpired(ctx, mCh, nCh, log)
 		case <-ctx.Done():
@@ -195,13 +193,38 @@ type merger struct {
 	// an earlier one is not taken for the current one.
 	wait uint64
 
-	// For each side: when its newest buffered batch was received, and
-	// when the latest fetch that found it at its end (its position at the
-	// high watermark) was sent. A side at its end by a fetch sent after
-	// the other side's buffered records were received holds nothing older
-	// than them: they need not wait for it (see otherSideFetchedToEnd).
-	mRecv, nRecv       time.Time
-	mEndSent, nEndSent time.Time
+	// nCleared: the notifications before this offset may be joined
+	// without waiting for the market, which was confirmed at its end
+	// after they were appended (all its ticks before them are applied
+	// once mbuf is empty). Proofs: a market fetch sent after a
+	// notifications fetch answered, that reached the market's high
+	// watermark, clears the notifications below that answer's high
+	// watermark (takeMarket); so does an end-offset request sent after it
+	// (takeEndCheck). On a backlog the first proof clears all of it.
+	nCleared int64
+	// nHwm is the greatest high watermark of the notifications fetches
+	// taken, nHwmAt when it was taken; nHwmPrev and nHwmPrevAt the one
+	// before (a market fetch may have been sent between the two).
+	nHwm, nHwmPrev     int64
+	nHwmAt, nHwmPrevAt time.Time
+	// For the ticks: when the newest buffered batch was received, and
+	// when the latest notifications fetch that reached its high watermark
+	// was sent. Notifications at their end by a fetch sent after the
+	// ticks were received hold nothing older: the ticks need not wait
+	// (see otherSideFetchedToEnd).
+	mRecv    time.Time
+	nEndSent time.Time
+
+	// chunks counts the chunks handed to the outbox (or written).
+	chunks int
+}
+
+// chunkLimit is how many notifications the next chunk holds at most.
+func (m *merger) chunkLimit() int {
+	if m.chunks == 0 {
+		return firstChunk
+	}
+	return mergeChunk
 }
 
 func (m *merger) progressed() {
@@ -209,19 +232,49 @@ func (m *merger) progressed() {
 	m.wait++
 }
 
-// otherSideFetchedToEnd reports whether the side with nothing buffered was
-// fetched to its end by a fetch sent after the other side's buffered
-// records were received: every record it had before they were produced is
-// then read (the same proof as otherSideAtEnd's end offset, without
-// asking).
+// otherSideFetchedToEnd reports whether buffered ticks may go ahead
+// because the notifications were fetched to their end by a fetch sent
+// after the ticks were received: every notification produced before them
+// is then read (the same proof as otherSideAtEnd's end offset, without
+// asking). Notifications are cleared by nCleared instead.
 func (m *merger) otherSideFetchedToEnd() bool {
+	return len(m.mbuf) > 0 && len(m.nbuf) == 0 && !m.nEndSent.IsZero() && m.nEndSent.After(m.mRecv)
+}
+
+// clearedBelow is the high watermark of the notifications answered before
+// time at (the notifications appended before it), 0 when none was.
+func (m *merger) clearedBelow(at time.Time) int64 {
 	switch {
-	case len(m.nbuf) > 0 && len(m.mbuf) == 0:
-		return !m.mEndSent.IsZero() && m.mEndSent.After(m.nRecv)
-	case len(m.mbuf) > 0 && len(m.nbuf) == 0:
-		return !m.nEndSent.IsZero() && m.nEndSent.After(m.mRecv)
+	case !m.nHwmAt.IsZero() && m.nHwmAt.Before(at):
+		return m.nHwm
+	case !m.nHwmPrevAt.IsZero() && m.nHwmPrevAt.Before(at):
+		return m.nHwmPrev
 	}
-	return false
+	return 0
+}
+
+// takeEndCheck takes the answer of an end check. For the market, the
+// notifications below the high watermark known when it was sent are
+// cleared if the market was read to the end it found; if some buffered
+// ones are still not cleared, the next wait asks again. For the
+// notifications, the buffered ticks go ahead if the check is for this
+// wait, was sent after they were received, and the notifications were
+// read to the end it found.
+func (m *merger) takeEndCheck(e endCheck) {
+	if e.market {
+		if e.atEnd(m) {
+			m.nCleared = max(m.nCleared, e.coverN)
+			m.checked = false
+		}
+		return
+	}
+	switch {
+	case e.wait != m.wait:
+	case !e.sent.After(m.mRecv):
+		m.checked = false // ticks came in since: ask again
+	case e.atEnd(m):
+		m.force = true
+	}
 }
 
 // endCheck is the answer of an asynchronous end check made for wait:
@@ -230,17 +283,11 @@ type endCheck struct {
 	wait   uint64
 	market bool
 	sent   time.Time
+	// coverN, for the market, is the notifications' high watermark known
+	// when the check was sent.
+	coverN int64
 	end    int64
 	err    error
-}
-
-// covers reports whether the check was sent after the buffered records of
-// the side waiting were received (the end it found is later than them).
-func (e endCheck) covers(m *merger) bool {
-	if e.market {
-		return e.sent.After(m.nRecv)
-	}
-	return e.sent.After(m.mRecv)
 }
 
 // atEnd reports whether the side checked has been read to the end found.
@@ -256,7 +303,7 @@ func (e endCheck) atEnd(m *merger) bool {
 // a goroutine owned by wg and sends the answer to ends.
 func (m *merger) checkEndAsync(ctx context.Context, wg *sync.WaitGroup, ends chan<- endCheck) {
 	w := m.t.w
-	e := endCheck{wait: m.wait, market: len(m.mbuf) == 0}
+	e := endCheck{wait: m.wait, market: len(m.mbuf) == 0, coverN: m.nHwm}
 	topic := w.cfg.Topics.Notifications
 	if e.market {
 		topic = w.cfg.Topics.Market
@@ -292,8 +339,8 @@ func (m *merger) enterGate(ctx context.Context) error {
 
 func (m *merger) takeMarket(f fetched) {
 	m.mNext = f.next
-	if f.hwm >= 0 && f.next >= f.hwm && f.sent.After(m.mEndSent) {
-		m.mEndSent = f.sent
+	if f.hwm >= 0 && f.next >= f.hwm {
+		m.nCleared = max(m.nCleared, m.clearedBelow(f.sent))
 	}
 	if len(f.recs) > 0 {
 		if len(m.mbuf) == 0 {
@@ -309,11 +356,14 @@ func (m *merger) takeNotifications(f fetched) {
 	if f.hwm >= 0 && f.next >= f.hwm && f.sent.After(m.nEndSent) {
 		m.nEndSent = f.sent
 	}
+	if f.hwm > m.nHwm {
+		m.nHwmPrev, m.nHwmPrevAt = m.nHwm, m.nHwmAt
+		m.nHwm, m.nHwmAt = f.hwm, time.Now()
+	}
 	if len(f.recs) > 0 {
 		if len(m.nbuf) == 0 {
 			m.progressed()
 		}
-		m.nRecv = time.Now()
 		m.nbuf = append(m.nbuf, f.recs...)
 	}
 	if f.hwm >= 0 {
@@ -390,6 +440,9 @@ func (m *merger) pass(ctx context.Context) error {
 		dead    []deadLetter
 		acked   int64 = -1
 		ackedTs int64 = -1
+		// joinedCleared: notifications cleared by nCleared were joined;
+		// the ones left start a new wait.
+		joinedCleared bool
 	)
 	flush := func() error {
 		if acked < 0 {
@@ -397,6 +450,7 @@ func (m *merger) pass(ctx context.Context) error {
 		}
 		c := chunk{alerts: alerts, dead: dead, next: acked, ts: ackedTs}
 		alerts, dead, acked = nil, nil, -1
+		m.chunks++
 		if m.out == nil {
 			if err := t.flush(ctx, c.alerts, c.dead); err != nil {
 				return err
@@ -439,7 +493,7 @@ func (m *merger) pass(ctx context.Context) error {
 		// The joins between two ticks are often a handful of
 		// notifications: they go out together, one chunk per pass or
 		// per mergeChunk, not one write per run between ticks.
-		if len(alerts)+len(dead) >= mergeChunk {
+		if len(alerts)+len(dead) >= m.chunkLimit() {
 			return flush()
 		}
 		return nil
@@ -460,15 +514,26 @@ func (m *merger) pass(ctx context.Context) error {
 				err = apply(m.mbuf[:k])
 			} else {
 				tick := m.mbuf[0].Time.UnixMilli()
-				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), mergeChunk)], func(ts int64) bool { return ts < tick })])
+				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < tick })])
 			}
 		case len(m.nbuf) > 0 && m.force:
-			err = join(m.nbuf[:min(len(m.nbuf), mergeChunk)])
+			err = join(m.nbuf[:min(len(m.nbuf), m.chunkLimit())])
+		case len(m.nbuf) > 0 && m.nbuf[0].Offset < m.nCleared:
+			// The market was at its end after these were appended.
+			cleared := m.nbuf[:min(len(m.nbuf), m.chunkLimit())]
+			for i, r := range cleared {
+				if r.Offset >= m.nCleared {
+					cleared = cleared[:i]
+					break
+				}
+			}
+			joinedCleared = true
+			err = join(cleared)
 		case len(m.mbuf) > 0 && m.force:
 			err = apply(m.mbuf)
 		default:
 			// Forced or not, the side that went ahead is drained.
-			if m.force || (len(m.mbuf) == 0 && len(m.nbuf) == 0) {
+			if m.force || joinedCleared || (len(m.mbuf) == 0 && len(m.nbuf) == 0) {
 				m.force = false
 				m.progressed()
 			}

@@ -185,6 +185,7 @@ type reader struct {
 	next      int64
 	maxWait   time.Duration
 	lastN     int
+	maxBytes  int // of the last fetch (fetch.NextMaxBytes)
 }
 
 func (r *reader) fetch(ctx context.Context) ([]fetch.Record, error) {
@@ -195,7 +196,8 @@ func (r *reader) fetch(ctx context.Context) ([]fetch.Record, error) {
 		}
 		r.next = first
 	}
-	res, err := r.client.Fetch(ctx, fetch.Request(r.topic, r.partition, r.next, r.maxWait))
+	r.maxBytes = fetch.NextMaxBytes(r.maxBytes)
+	res, err := r.client.Fetch(ctx, fetch.Request(r.topic, r.partition, r.next, r.maxWait, r.maxBytes))
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, err)
 	}
