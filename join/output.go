@@ -63,8 +63,29 @@ func (t *processTask) flush(ctx context.Context, alerts []record.Alert, dead []d
 	if err := w.writeOut(ctx, alerts, dead); err != nil {
 		return err
 	}
-	for _, a := range alerts {
-		w.countJoin(a.Result)
+	// Counted per result, one counter update per result and chunk.
+	var local, remote, late, miss int
+	for i := range alerts {
+		switch alerts[i].Result {
+		case record.ResultLocal:
+			local++
+		case record.ResultRemote:
+			remote++
+		case record.ResultLate:
+			late++
+		case record.ResultMiss:
+			miss++
+		default:
+			w.countJoin(alerts[i].Result)
+		}
+	}
+	for _, c := range []struct {
+		r record.Result
+		n int
+	}{{record.ResultLocal, local}, {record.ResultRemote, remote}, {record.ResultLate, late}, {record.ResultMiss, miss}} {
+		if c.n > 0 {
+			w.metrics.Joins.WithLabelValues(string(c.r)).Add(float64(c.n))
+		}
 	}
 	w.metrics.Alerts.Add(float64(len(alerts)))
 	return nil
