@@ -23,9 +23,10 @@ type fetched struct {
 }
 
 // prefetch reads r in a goroutine owned by the caller (wg) until ctx is
-// done, handing every fetch, empty ones too, to the returned channel.
-func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, log *slog.Logger) <-chan fetched {
-	ch := make(chan fetched, 1)
+// done, handing every fetch, empty ones too, to the returned channel,
+// which holds up to depth fetches not yet taken.
+func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, depth int, log *slog.Logger) <-chan fetched {
+	ch := make(chan fetched, depth)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -82,8 +83,8 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		cancel()
 		wg.Wait()
 	}()
-	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
-	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait), log)
+	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
+	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait), 1, log)
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
 	m.out = t.startOutbox(fctx, &wg)
 	ends := make(chan endCheck, 1)

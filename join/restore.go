@@ -242,7 +242,15 @@ func (s *stateTask) run(ctx context.Context) {
 	}
 }
 
-// restore reads r up to end and applies what it reads, the next fetch
+// How far a restore reads ahead of what it applies, in fetches, and how
+// many records it applies in one Pebble batch at most (once it has that
+// many fetched).
+const (
+	restorePrefetch     = 8
+	restoreBatchRecords = 50000
+)
+
+// restore reads r up to end and applies what it reads, the next fetches
 // running while a batch is applied. It leaves r at the offset after the
 // last record applied, and returns the number of records read and false
 // when ctx is done or the store closed.
@@ -254,7 +262,7 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	next := r.next // r belongs to the prefetcher from here until it stops
 	fctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	ch := w.prefetch(fctx, &wg, r, log)
+	ch := w.prefetch(fctx, &wg, r, restorePrefetch, log)
 	defer func() {
 		// The reader may have fetched past what was applied: go on from
 		// what was.
@@ -270,6 +278,18 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		case f = <-ch:
 		case <-ctx.Done():
 			return n, false
+		}
+		// The fetches that came in while the last batch was applied are
+		// applied with this one: one Pebble batch of up to
+		// restoreBatchRecords, not one per fetch.
+	more:
+		for len(f.recs) < restoreBatchRecords && f.next < end {
+			select {
+			case g := <-ch:
+				f.recs, f.next = append(f.recs, g.recs...), g.next
+			default:
+				break more
+			}
 		}
 		if err := s.applyRetrying(ctx, f.recs, dlqFrom); err != nil {
 			return n, false
