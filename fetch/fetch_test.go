@@ -73,3 +73,16 @@ func TestRecords(t *testing.T) {
 	}
 	check()
 }
+
+// A reader's fetches start at FirstMaxBytes and double up to MaxBytes.
+func TestNextMaxBytes(t *testing.T) {
+	var got []int
+	for prev, i := 0, 0; i < 7; i++ {
+		prev = NextMaxBytes(prev)
+		got = append(got, prev)
+	}
+	want := []int{64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 1 << 20, 1 << 20}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("fetch sizes %v; want %v", got, want)
+	}
+}
