@@ -62,17 +62,21 @@ func NextMaxBytes(prev int) int {
 	return min(2*prev, MaxBytes)
 }
 
-// slabBytes is the size of the buffers keys and values are carved from;
-// larger ones get their own.
+// Keys and values are carved from buffers of firstSlabBytes, then each
+// twice the one before, up to slabBytes: a fetch of a few records (a
+// steady trickle) allocates a few KiB, not 64. Values of ownBufferMin
+// bytes or more get their own.
 const (
-	slabBytes    = 64 << 10
-	ownBufferMin = 8 << 10
+	firstSlabBytes = 2 << 10
+	slabBytes      = 64 << 10
+	ownBufferMin   = 8 << 10
 )
 
 // Records appends to out the records of rs at or after offset from, in
-// order, and returns it. Keys and values are copied into shared buffers of
-// slabBytes (one allocation per buffer instead of two per record); each is
-// capped, so appending to one never overwrites another. A null key or value
+// order, and returns it. Keys and values are copied into shared buffers
+// (one allocation per buffer instead of two per record, the buffers
+// growing from firstSlabBytes to slabBytes); each is capped, so appending
+// to one never overwrites another. A null key or value
 // stays nil; an empty one is empty and non-nil. On a malformed record it
 // returns the records before it and an error naming its offset.
 func Records(rs kafka.RecordReader, from int64, out []Record) ([]Record, error) {
@@ -89,7 +93,7 @@ func Records(rs kafka.RecordReader, from int64, out []Record) ([]Record, error) 
 			dst = make([]byte, n)
 		default:
 			if cap(slab)-len(slab) < n {
-				slab = make([]byte, 0, slabBytes)
+				slab = make([]byte, 0, max(min(2*cap(slab), slabBytes), firstSlabBytes, n))
 			}
 			l := len(slab)
 			slab = slab[:l+n]

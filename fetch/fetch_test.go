@@ -27,6 +27,7 @@ func TestRecords(t *testing.T) {
 		{"null value", []byte("k"), nil, false, true},
 		{"empty", []byte{}, []byte{}, false, false},
 		{"large value", []byte("k"), []byte(big), false, false},
+		{"value larger than the first buffer", []byte("k"), []byte(strings.Repeat("y", firstSlabBytes+100)), false, false},
 	}
 	var in []kafka.Record
 	var want []Record
@@ -84,5 +85,15 @@ func TestNextMaxBytes(t *testing.T) {
 	want := []int{64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 1 << 20, 1 << 20}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("fetch sizes %v; want %v", got, want)
+	}
+}
+
+// A first value larger than the first buffer (and smaller than the size
+// that gets its own) is copied whole.
+func TestRecordsFirstValueLargerThanFirstBuffer(t *testing.T) {
+	v := []byte(strings.Repeat("y", firstSlabBytes+100))
+	got, err := Records(kafka.NewRecordReader(kafka.Record{Offset: 0, Value: kafka.NewBytes(v)}), 0, nil)
+	if err != nil || len(got) != 1 || !bytes.Equal(got[0].Value, v) {
+		t.Fatalf("got %d records (%v); want the one value of %d bytes", len(got), err, len(v))
 	}
 }
