@@ -12,7 +12,27 @@ import (
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
 func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
-	msgs := record.AppendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.Topics.Alerts, alerts)
+	return w.writeOutWith(ctx, nil, alerts, dead)
+}
+
+// outScratch is the message slice and value buffer of one writer (the
+// outbox), reused from write to write: kafka-go does not hold a message
+// once WriteMessages has returned.
+type outScratch struct {
+	msgs []kafka.Message
+	buf  []byte
+}
+
+// writeOutWith is writeOut building the messages in s (nil: fresh ones).
+func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, alerts []record.Alert, dead []deadLetter) error {
+	if s == nil {
+		s = &outScratch{}
+	}
+	msgs, buf := record.AppendAlertMessagesTo(s.msgs[:0], s.buf, w.cfg.Topics.Alerts, alerts)
+	defer func() {
+		clear(msgs) // no stale references to alerts and dead letters
+		s.msgs, s.buf = msgs[:0], buf
+	}()
 	for _, d := range dead {
 		msgs = append(msgs, kafka.Message{
 			Topic: w.cfg.Topics.DeadLetter,
@@ -56,11 +76,16 @@ func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []
 // here until its next heartbeat says whether it still holds the task (the
 // task's context ends when it does not).
 func (t *processTask) flush(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
+	return t.flushWith(ctx, nil, alerts, dead)
+}
+
+// flushWith is flush building the messages in s (nil: fresh ones).
+func (t *processTask) flushWith(ctx context.Context, s *outScratch, alerts []record.Alert, dead []deadLetter) error {
 	w := t.w
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
-	if err := w.writeOut(ctx, alerts, dead); err != nil {
+	if err := w.writeOutWith(ctx, s, alerts, dead); err != nil {
 		return err
 	}
 	// Counted per result, one counter update per result and chunk.
@@ -129,6 +154,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<
 	ch := make(chan chunk, outboxDepth)
 	wg.Add(1)
 	go func() {
+		var scratch outScratch
 		defer wg.Done()
 		defer func() {
 			for {
@@ -161,7 +187,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<
 						break more
 					}
 				}
-				err := t.flush(ctx, c.alerts, c.dead)
+				err := t.flushWith(ctx, &scratch, c.alerts, c.dead)
 				if err == nil {
 					t.ack(c.next, c.ts)
 				}
