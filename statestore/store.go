@@ -3,10 +3,10 @@ package statestore
 import (
 	"bytes"
 	"cmp"
-	"slices"
-	"strings"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
