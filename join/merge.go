@@ -353,6 +353,12 @@ func (m *merger) takeMarket(f fetched) {
 }
 
 func (m *merger) takeNotifications(f fetched) {
+	if (f.hwm >= 0 && f.hwm < m.nHwm) || (len(f.recs) > 0 && f.recs[0].Offset < m.nNext) {
+		// The log went back (a recreated topic, see reportOffsetReset):
+		// what was cleared are offsets of the old log.
+		m.nCleared, m.nHwm, m.nHwmPrev = 0, 0, 0
+		m.nHwmAt, m.nHwmPrevAt = time.Time{}, time.Time{}
+	}
 	m.nNext = f.next
 	if f.hwm >= 0 && f.next >= f.hwm && f.sent.After(m.nEndSent) {
 		m.nEndSent = f.sent

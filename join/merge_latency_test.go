@@ -87,3 +87,21 @@ func TestMergeMarketFetchedToEndClearsNotifications(t *testing.T) {
 		t.Fatal("an end check the market is not read to cleared notifications")
 	}
 }
+
+// Offsets cleared in a log that was then recreated (its offsets start
+// again lower) clear nothing in the new one.
+func TestMergeClearedForgottenWhenTheLogGoesBack(t *testing.T) {
+	w, pt, _ := newTestWorker(t)
+	m := merger{t: pt, st: pt.st, mNext: -1, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(100, 2000, `{"id":"n","symbol":"BBCA"}`)}, next: 101, hwm: 500, sent: time.Now()})
+	time.Sleep(time.Millisecond)
+	m.takeMarket(fetched{next: 5, hwm: 5, sent: time.Now()})
+	if m.nCleared != 500 {
+		t.Fatalf("cleared up to %d; want 500", m.nCleared)
+	}
+	m.nbuf = nil
+	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(0, 3000, `{"id":"new","symbol":"BBCA"}`)}, next: 1, hwm: 1, sent: time.Now()})
+	if m.nCleared != 0 {
+		t.Fatalf("after the log went back, offsets up to %d are still cleared", m.nCleared)
+	}
+}
