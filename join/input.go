@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
+	"github.com/joiner-dev/joiner/fetch"
 	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
@@ -23,13 +23,9 @@ type Writer interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
 }
 
-// fetchedRecord is one fetched record, copied out of kafka-go's response buffers.
-type fetchedRecord struct {
-	Offset int64
-	Time   time.Time
-	Key    []byte
-	Value  []byte
-}
+// fetchedRecord is one fetched record, copied out of kafka-go's response
+// buffers (the read path is package fetch, shared with bench/passthrough).
+type fetchedRecord = fetch.Record
 
 // partitionReader reads one topic-partition in order with kafka-go's
 // Client.Fetch. It is owned by one goroutine and is not safe for concurrent
@@ -42,13 +38,17 @@ type partitionReader struct {
 	// resolved to the partition's first offset.
 	next int64
 	// hwm is the high watermark from the last successful fetch.
-	hwm      int64
-	maxWait  time.Duration
-	maxBytes int64
+	hwm     int64
+	maxWait time.Duration
+	// lastN is the number of records the last fetch returned: the
+	// capacity the next one starts with.
+	lastN int
+	// maxBytes is the size limit of the last fetch (fetch.NextMaxBytes).
+	maxBytes int
 }
 
 func newPartitionReader(c Fetcher, topic string, partition int, next int64, maxWait time.Duration) *partitionReader {
-	return &partitionReader{client: c, topic: topic, partition: partition, next: next, hwm: -1, maxWait: maxWait, maxBytes: 4 << 20}
+	return &partitionReader{client: c, topic: topic, partition: partition, next: next, hwm: -1, maxWait: maxWait}
 }
 
 // bounds returns the partition's first offset and its current end (the
@@ -64,25 +64,7 @@ func (r *partitionReader) bounds(ctx context.Context) (first, end int64, err err
 }
 
 func listOffset(ctx context.Context, c Fetcher, topic string, partition int, which int64) (int64, error) {
-	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{
-		Topics: map[string][]kafka.OffsetRequest{topic: {{Partition: partition, Timestamp: which}}},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("list offsets of %s-%d: %w", topic, partition, err)
-	}
-	for _, p := range res.Topics[topic] {
-		if p.Partition != partition {
-			continue
-		}
-		if p.Error != nil {
-			return 0, fmt.Errorf("list offsets of %s-%d: %w", topic, partition, p.Error)
-		}
-		if which == kafka.FirstOffset {
-			return p.FirstOffset, nil
-		}
-		return p.LastOffset, nil
-	}
-	return 0, fmt.Errorf("list offsets of %s-%d: partition missing from the response", topic, partition)
+	return fetch.ListOffset(ctx, c, topic, partition, which)
 }
 
 // fetch returns the records at or after r.next available now, waiting up
@@ -96,14 +78,8 @@ func (r *partitionReader) fetch(ctx context.Context) ([]fetchedRecord, error) {
 		}
 		r.next = first
 	}
-	res, err := r.client.Fetch(ctx, &kafka.FetchRequest{
-		Topic:     r.topic,
-		Partition: r.partition,
-		Offset:    r.next,
-		MinBytes:  1,
-		MaxBytes:  r.maxBytes,
-		MaxWait:   r.maxWait,
-	})
+	r.maxBytes = fetch.NextMaxBytes(r.maxBytes)
+	res, err := r.client.Fetch(ctx, fetch.Request(r.topic, r.partition, r.next, r.maxWait, r.maxBytes))
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, err)
 	}
@@ -122,38 +98,15 @@ func (r *partitionReader) fetch(ctx context.Context) ([]fetchedRecord, error) {
 		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, res.Error)
 	}
 	r.hwm = res.HighWatermark
-	var out []fetchedRecord
-	for {
-		rec, err := res.Records.ReadRecord()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return out, fmt.Errorf("read records of %s-%d at offset %d: %w", r.topic, r.partition, r.next, err)
-		}
-		if rec.Offset < r.next {
-			continue
-		}
-		v, err := readBytes(rec.Value)
-		if err != nil {
-			return out, fmt.Errorf("read record %s-%d@%d: %w", r.topic, r.partition, rec.Offset, err)
-		}
-		k, err := readBytes(rec.Key)
-		if err != nil {
-			return out, fmt.Errorf("read record %s-%d@%d: %w", r.topic, r.partition, rec.Offset, err)
-		}
-		out = append(out, fetchedRecord{Offset: rec.Offset, Time: rec.Time, Key: k, Value: v})
-		r.next = rec.Offset + 1
+	out, err := fetch.Records(res.Records, r.next, make([]fetchedRecord, 0, r.lastN))
+	if len(out) > 0 {
+		r.next = out[len(out)-1].Offset + 1
+		r.lastN = len(out)
+	}
+	if err != nil {
+		return out, fmt.Errorf("fetch %s-%d: %w", r.topic, r.partition, err)
 	}
 	return out, nil
-}
-
-func readBytes(b kafka.Bytes) ([]byte, error) {
-	if b == nil {
-		return nil, nil
-	}
-	defer b.Close()
-	return kafka.ReadAll(b)
 }
 
 // backoff returns the delay before retry n (from 0): internal/backoff's

@@ -138,7 +138,13 @@ var errLookup = errors.New("price lookup failed")
 // lookup sets a's result and price as of tsMs for symbol, whose task is q:
 // from the local store when this member holds q, otherwise from q's owner.
 func (w *Processor) lookup(ctx context.Context, a *record.Alert, q int, symbol string, tsMs int64) error {
-	if st := w.stateTask(q); st != nil {
+	return w.lookupIn(ctx, a, w.stateTask(q), q, symbol, tsMs)
+}
+
+// lookupIn is lookup with q's state task (nil when not held here) already
+// looked up.
+func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, st *stateTask, q int, symbol string, tsMs int64) error {
+	if st != nil {
 		tick, match, err := st.getAsOf(symbol, tsMs)
 		switch {
 		case err == nil:

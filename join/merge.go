@@ -13,21 +13,25 @@ import (
 )
 
 // fetched is one fetch of a prefetching reader: its records (possibly
-// none) and the reader's position and high watermark after it.
+// none), the reader's position and high watermark after it, and when the
+// fetch was sent.
 type fetched struct {
 	recs []fetchedRecord
 	next int64
 	hwm  int64
+	sent time.Time
 }
 
 // prefetch reads r in a goroutine owned by the caller (wg) until ctx is
-// done, handing every fetch, empty ones too, to the returned channel.
-func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, log *slog.Logger) <-chan fetched {
-	ch := make(chan fetched, 1)
+// done, handing every fetch, empty ones too, to the returned channel,
+// which holds up to depth fetches not yet taken.
+func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, depth int, log *slog.Logger) <-chan fetched {
+	ch := make(chan fetched, depth)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for attempt := 0; ctx.Err() == nil; {
+			sent := time.Now()
 			recs, err := r.fetch(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -41,7 +45,7 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 			}
 			attempt = 0
 			select {
-			case ch <- fetched{recs: recs, next: r.next, hwm: r.hwm}:
+			case ch <- fetched{recs: recs, next: r.next, hwm: r.hwm, sent: sent}:
 			case <-ctx.Done():
 				return
 			}
@@ -56,6 +60,10 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 const (
 	mergeBufferRecords = 20000
 	mergeChunk         = 2000
+	// firstChunk bounds a task's first chunk: its first alerts are
+	// written after a few hundred notifications are joined, not a full
+	// chunk.
+	firstChunk = 250
 )
 
 // runMerged processes a task whose state is local: it reads market-p and
@@ -75,10 +83,11 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		cancel()
 		wg.Wait()
 	}()
-	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), log)
-	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait), log)
+	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
+	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait), 1, log)
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
 	m.out = t.startOutbox(fctx, &wg)
+	ends := make(chan endCheck, 1)
 	lookupFailures := 0
 	for {
 		if err := m.enterGate(ctx); err != nil {
@@ -105,12 +114,16 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 		// its end.
 		idle := time.Duration(-1)
 		if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
+			if m.otherSideFetchedToEnd() {
+				m.force = true
+				continue
+			}
 			if !m.checked {
+				// Ask for the other side's end without holding up the
+				// merge: its answer is taken below if the wait is still
+				// the same.
 				m.checked = true
-				if m.otherSideAtEnd(ctx) {
-					m.force = true
-					continue
-				}
+				m.checkEndAsync(fctx, &wg, ends)
 			}
 			if m.waitStart.IsZero() {
 				m.waitStart = time.Now()
@@ -143,6 +156,8 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 			m.takeMarket(f)
 		case f := <-nIn:
 			m.takeNotifications(f)
+		case e := <-ends:
+			m.takeEndCheck(e)
 		case <-timeout:
 			m.idleExpired(ctx, mCh, nCh, log)
 		case <-ctx.Done():
@@ -175,10 +190,138 @@ type merger struct {
 	force     bool
 	// stallLogged: this wait for the market was logged already.
 	stallLogged bool
+	// wait numbers the waits, so that the answer of an end check made for
+	// an earlier one is not taken for the current one.
+	wait uint64
+
+	// nCleared: the notifications before this offset may be joined
+	// without waiting for the market, which was confirmed at its end
+	// after they were appended (all its ticks before them are applied
+	// once mbuf is empty). Proofs: a market fetch sent after a
+	// notifications fetch answered, that reached the market's high
+	// watermark, clears the notifications below that answer's high
+	// watermark (takeMarket); so does an end-offset request sent after it
+	// (takeEndCheck). On a backlog the first proof clears all of it.
+	nCleared int64
+	// nHwm is the greatest high watermark of the notifications fetches
+	// taken, nHwmAt when it was taken; nHwmPrev and nHwmPrevAt the one
+	// before (a market fetch may have been sent between the two).
+	nHwm, nHwmPrev     int64
+	nHwmAt, nHwmPrevAt time.Time
+	// For the ticks: when the newest buffered batch was received, and
+	// when the latest notifications fetch that reached its high watermark
+	// was sent. Notifications at their end by a fetch sent after the
+	// ticks were received hold nothing older: the ticks need not wait
+	// (see otherSideFetchedToEnd).
+	mRecv    time.Time
+	nEndSent time.Time
+
+	// chunks counts the chunks handed to the outbox (or written).
+	chunks int
+}
+
+// chunkLimit is how many notifications the next chunk holds at most.
+func (m *merger) chunkLimit() int {
+	if m.chunks == 0 {
+		return firstChunk
+	}
+	return mergeChunk
 }
 
 func (m *merger) progressed() {
 	m.waitStart, m.checked, m.stallLogged = time.Time{}, false, false
+	m.wait++
+}
+
+// otherSideFetchedToEnd reports whether buffered ticks may go ahead
+// because the notifications were fetched to their end by a fetch sent
+// after the ticks were received: every notification produced before them
+// is then read (the same proof as otherSideAtEnd's end offset, without
+// asking). Notifications are cleared by nCleared instead.
+func (m *merger) otherSideFetchedToEnd() bool {
+	return len(m.mbuf) > 0 && len(m.nbuf) == 0 && !m.nEndSent.IsZero() && m.nEndSent.After(m.mRecv)
+}
+
+// clearedBelow is the high watermark of the notifications answered before
+// time at (the notifications appended before it), 0 when none was.
+func (m *merger) clearedBelow(at time.Time) int64 {
+	switch {
+	case !m.nHwmAt.IsZero() && m.nHwmAt.Before(at):
+		return m.nHwm
+	case !m.nHwmPrevAt.IsZero() && m.nHwmPrevAt.Before(at):
+		return m.nHwmPrev
+	}
+	return 0
+}
+
+// takeEndCheck takes the answer of an end check. For the market, the
+// notifications below the high watermark known when it was sent are
+// cleared if the market was read to the end it found; if some buffered
+// ones are still not cleared, the next wait asks again. For the
+// notifications, the buffered ticks go ahead if the check is for this
+// wait, was sent after they were received, and the notifications were
+// read to the end it found.
+func (m *merger) takeEndCheck(e endCheck) {
+	if e.market {
+		if e.atEnd(m) {
+			m.nCleared = max(m.nCleared, e.coverN)
+			m.checked = false
+		}
+		return
+	}
+	switch {
+	case e.wait != m.wait:
+	case !e.sent.After(m.mRecv):
+		m.checked = false // ticks came in since: ask again
+	case e.atEnd(m):
+		m.force = true
+	}
+}
+
+// endCheck is the answer of an asynchronous end check made for wait:
+// the end offset of the side that had nothing buffered.
+type endCheck struct {
+	wait   uint64
+	market bool
+	sent   time.Time
+	// coverN, for the market, is the notifications' high watermark known
+	// when the check was sent.
+	coverN int64
+	end    int64
+	err    error
+}
+
+// atEnd reports whether the side checked has been read to the end found.
+func (e endCheck) atEnd(m *merger) bool {
+	next := m.nNext
+	if e.market {
+		next = m.mNext
+	}
+	return e.err == nil && next >= 0 && next >= e.end
+}
+
+// checkEndAsync reads the end offset of the side with nothing buffered in
+// a goroutine owned by wg and sends the answer to ends.
+func (m *merger) checkEndAsync(ctx context.Context, wg *sync.WaitGroup, ends chan<- endCheck) {
+	w := m.t.w
+	e := endCheck{wait: m.wait, market: len(m.mbuf) == 0, coverN: m.nHwm}
+	topic := w.cfg.Topics.Notifications
+	if e.market {
+		topic = w.cfg.Topics.Market
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.sent = time.Now()
+		e.end, e.err = listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
+		if e.err != nil && ctx.Err() == nil {
+			w.metrics.FetchErrors.Inc() // the wait goes on; MaxTaskIdle still bounds it
+		}
+		select {
+		case ends <- e:
+		case <-ctx.Done():
+		}
+	}()
 }
 
 // enterGate passes the rebalance gate. The time spent waiting at it does
@@ -197,16 +340,33 @@ func (m *merger) enterGate(ctx context.Context) error {
 
 func (m *merger) takeMarket(f fetched) {
 	m.mNext = f.next
+	if f.hwm >= 0 && f.next >= f.hwm {
+		m.nCleared = max(m.nCleared, m.clearedBelow(f.sent))
+	}
 	if len(f.recs) > 0 {
 		if len(m.mbuf) == 0 {
 			m.progressed()
 		}
+		m.mRecv = time.Now()
 		m.mbuf = append(m.mbuf, f.recs...)
 	}
 }
 
 func (m *merger) takeNotifications(f fetched) {
+	if (f.hwm >= 0 && f.hwm < m.nHwm) || (len(f.recs) > 0 && f.recs[0].Offset < m.nNext) {
+		// The log went back (a recreated topic, see reportOffsetReset):
+		// what was cleared are offsets of the old log.
+		m.nCleared, m.nHwm, m.nHwmPrev = 0, 0, 0
+		m.nHwmAt, m.nHwmPrevAt = time.Time{}, time.Time{}
+	}
 	m.nNext = f.next
+	if f.hwm >= 0 && f.next >= f.hwm && f.sent.After(m.nEndSent) {
+		m.nEndSent = f.sent
+	}
+	if f.hwm > m.nHwm {
+		m.nHwmPrev, m.nHwmPrevAt = m.nHwm, m.nHwmAt
+		m.nHwm, m.nHwmAt = f.hwm, time.Now()
+	}
 	if len(f.recs) > 0 {
 		if len(m.nbuf) == 0 {
 			m.progressed()
@@ -275,10 +435,11 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 }
 
 // pass consumes the buffers as far as the merge order allows: ticks are
-// applied to the store, notifications joined in chunks of at most
-// mergeChunk, and each chunk's alerts handed to the outbox, which writes
-// them while the next chunk is joined (without an outbox: written and
-// acknowledged before the pass goes on).
+// applied to the store, notifications joined in runs of at most
+// mergeChunk, and their alerts handed to the outbox in chunks of about
+// mergeChunk (and at the end of the pass), which it writes while the next
+// chunk is joined (without an outbox: written and acknowledged before the
+// pass goes on).
 func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
@@ -286,6 +447,9 @@ func (m *merger) pass(ctx context.Context) error {
 		dead    []deadLetter
 		acked   int64 = -1
 		ackedTs int64 = -1
+		// joinedCleared: notifications cleared by nCleared were joined;
+		// the ones left start a new wait.
+		joinedCleared bool
 	)
 	flush := func() error {
 		if acked < 0 {
@@ -293,6 +457,7 @@ func (m *merger) pass(ctx context.Context) error {
 		}
 		c := chunk{alerts: alerts, dead: dead, next: acked, ts: ackedTs}
 		alerts, dead, acked = nil, nil, -1
+		m.chunks++
 		if m.out == nil {
 			if err := t.flush(ctx, c.alerts, c.dead); err != nil {
 				return err
@@ -323,11 +488,22 @@ func (m *merger) pass(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		alerts, dead = append(alerts, a...), append(dead, bad...)
+		if alerts == nil {
+			alerts = a
+		} else {
+			alerts = append(alerts, a...)
+		}
+		dead = append(dead, bad...)
 		acked = recs[len(recs)-1].Offset + 1
 		ackedTs = max(ackedTs, maxTs(recs))
 		m.nbuf = m.nbuf[len(recs):]
-		return flush()
+		// The joins between two ticks are often a handful of
+		// notifications: they go out together, one chunk per pass or
+		// per mergeChunk, not one write per run between ticks.
+		if len(alerts)+len(dead) >= m.chunkLimit() {
+			return flush()
+		}
+		return nil
 	}
 	apply := func(recs []fetchedRecord) error {
 		if err := m.st.applyRetrying(ctx, recs, m.st.dlqFrom); err != nil {
@@ -345,15 +521,26 @@ func (m *merger) pass(ctx context.Context) error {
 				err = apply(m.mbuf[:k])
 			} else {
 				tick := m.mbuf[0].Time.UnixMilli()
-				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), mergeChunk)], func(ts int64) bool { return ts < tick })])
+				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < tick })])
 			}
 		case len(m.nbuf) > 0 && m.force:
-			err = join(m.nbuf[:min(len(m.nbuf), mergeChunk)])
+			err = join(m.nbuf[:min(len(m.nbuf), m.chunkLimit())])
+		case len(m.nbuf) > 0 && m.nbuf[0].Offset < m.nCleared:
+			// The market was at its end after these were appended.
+			cleared := m.nbuf[:min(len(m.nbuf), m.chunkLimit())]
+			for i, r := range cleared {
+				if r.Offset >= m.nCleared {
+					cleared = cleared[:i]
+					break
+				}
+			}
+			joinedCleared = true
+			err = join(cleared)
 		case len(m.mbuf) > 0 && m.force:
 			err = apply(m.mbuf)
 		default:
 			// Forced or not, the side that went ahead is drained.
-			if m.force || (len(m.mbuf) == 0 && len(m.nbuf) == 0) {
+			if m.force || joinedCleared || (len(m.mbuf) == 0 && len(m.nbuf) == 0) {
 				m.force = false
 				m.progressed()
 			}

@@ -12,7 +12,27 @@ import (
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
 func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
-	msgs := record.AppendAlertMessages(make([]kafka.Message, 0, len(alerts)+len(dead)), w.cfg.Topics.Alerts, alerts)
+	return w.writeOutWith(ctx, nil, alerts, dead)
+}
+
+// outScratch is the message slice and value buffer of one writer (the
+// outbox), reused from write to write: kafka-go does not hold a message
+// once WriteMessages has returned.
+type outScratch struct {
+	msgs []kafka.Message
+	buf  []byte
+}
+
+// writeOutWith is writeOut building the messages in s (nil: fresh ones).
+func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, alerts []record.Alert, dead []deadLetter) error {
+	if s == nil {
+		s = &outScratch{}
+	}
+	msgs, buf := record.AppendAlertMessagesTo(s.msgs[:0], s.buf, w.cfg.Topics.Alerts, alerts)
+	defer func() {
+		clear(msgs) // no stale references to alerts and dead letters
+		s.msgs, s.buf = msgs[:0], buf
+	}()
 	for _, d := range dead {
 		msgs = append(msgs, kafka.Message{
 			Topic: w.cfg.Topics.DeadLetter,
@@ -56,15 +76,41 @@ func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []
 // here until its next heartbeat says whether it still holds the task (the
 // task's context ends when it does not).
 func (t *processTask) flush(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
+	return t.flushWith(ctx, nil, alerts, dead)
+}
+
+// flushWith is flush building the messages in s (nil: fresh ones).
+func (t *processTask) flushWith(ctx context.Context, s *outScratch, alerts []record.Alert, dead []deadLetter) error {
 	w := t.w
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
-	if err := w.writeOut(ctx, alerts, dead); err != nil {
+	if err := w.writeOutWith(ctx, s, alerts, dead); err != nil {
 		return err
 	}
-	for _, a := range alerts {
-		w.countJoin(a.Result)
+	// Counted per result, one counter update per result and chunk.
+	var local, remote, late, miss int
+	for i := range alerts {
+		switch alerts[i].Result {
+		case record.ResultLocal:
+			local++
+		case record.ResultRemote:
+			remote++
+		case record.ResultLate:
+			late++
+		case record.ResultMiss:
+			miss++
+		default:
+			w.countJoin(alerts[i].Result)
+		}
+	}
+	for _, c := range []struct {
+		r record.Result
+		n int
+	}{{record.ResultLocal, local}, {record.ResultRemote, remote}, {record.ResultLate, late}, {record.ResultMiss, miss}} {
+		if c.n > 0 {
+			w.metrics.Joins.WithLabelValues(string(c.r)).Add(float64(c.n))
+		}
 	}
 	w.metrics.Alerts.Add(float64(len(alerts)))
 	return nil
@@ -96,7 +142,7 @@ type chunk struct {
 
 // outboxDepth is how many joined chunks may wait for the writer: the merge
 // joins ahead while the oldest is written, and blocks past that.
-const outboxDepth = 2
+const outboxDepth = 4
 
 // startOutbox starts the task's writer goroutine (owned by wg, stopped by
 // ctx): it writes the chunks in order, waits for each acknowledgement,
@@ -108,6 +154,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<
 	ch := make(chan chunk, outboxDepth)
 	wg.Add(1)
 	go func() {
+		var scratch outScratch
 		defer wg.Done()
 		defer func() {
 			for {
@@ -124,11 +171,29 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<
 			case <-ctx.Done():
 				return
 			case c := <-ch:
-				err := t.flush(ctx, c.alerts, c.dead)
+				// Chunks that queued up while the last write was in
+				// flight go out in the same write: under load the writes
+				// grow instead of the queue.
+				held := 1
+			more:
+				for held < outboxDepth {
+					select {
+					case d := <-ch:
+						held++
+						c.alerts = append(c.alerts, d.alerts...)
+						c.dead = append(c.dead, d.dead...)
+						c.next, c.ts = d.next, max(c.ts, d.ts)
+					default:
+						break more
+					}
+				}
+				err := t.flushWith(ctx, &scratch, c.alerts, c.dead)
 				if err == nil {
 					t.ack(c.next, c.ts)
 				}
-				t.gate.leave()
+				for range held {
+					t.gate.leave()
+				}
 				if err != nil {
 					return
 				}

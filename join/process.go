@@ -130,6 +130,7 @@ func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadL
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
+	good = make([]pending, 0, len(recs))
 	for _, rec := range recs {
 		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
@@ -182,11 +183,18 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 		failed  error
 	)
 	fail := func(err error) { errOnce.Do(func() { failed = err }) }
+	// The state tasks of the chunk's symbols, looked up once per chunk.
+	states := map[int]*stateTask{}
 	for i, g := range good {
 		alerts[i] = record.Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
 		a := &alerts[i]
-		if w.stateTask(g.task) != nil {
-			if err := w.lookup(ctx, a, g.task, g.n.Symbol, g.ts); err != nil {
+		st, ok := states[g.task]
+		if !ok {
+			st = w.stateTask(g.task)
+			states[g.task] = st
+		}
+		if st != nil {
+			if err := w.lookupIn(ctx, a, st, g.task, g.n.Symbol, g.ts); err != nil {
 				fail(err)
 			}
 			continue

@@ -329,7 +329,15 @@ func (s *stateTask) run(ctx context.Context) {
 	}
 }
 
-// restore reads r up to end and applies what it reads, the next fetch
+// How far a restore reads ahead of what it applies, in fetches, and how
+// many records it applies in one Pebble batch at most (once it has that
+// many fetched).
+const (
+	restorePrefetch     = 8
+	restoreBatchRecords = 50000
+)
+
+// restore reads r up to end and applies what it reads, the next fetches
 // running while a batch is applied. It leaves r at the offset after the
 // last record applied, and returns the number of records read and false
 // when ctx is done or the store closed.
@@ -341,7 +349,8 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	next := r.next // r belongs to the prefetcher from here until it stops
 	fctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	ch := w.prefetch(fctx, &wg, r, log)
+	ch := w.prefetch(fctx, &wg, r, restorePrefetch, log)
+	dch := s.decodeAhead(fctx, &wg, ch, end, dlqFrom)
 	defer func() {
 		// The reader may have fetched past what was applied: go on from
 		// what was.
@@ -352,13 +361,13 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	var n int64
 	lastLog := time.Now()
 	for next < end {
-		var f fetched
+		var f decodedBatch
 		select {
-		case f = <-ch:
+		case f = <-dch:
 		case <-ctx.Done():
 			return n, false
 		}
-		if err := s.applyRetrying(ctx, f.recs, dlqFrom); err != nil {
+		if err := s.applyDecodedRetrying(ctx, f); err != nil {
 			return n, false
 		}
 		next = f.next
@@ -372,6 +381,77 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		}
 	}
 	return n, true
+}
+
+// decodedBatch is a batch of market records with their ticks decoded.
+type decodedBatch struct {
+	recs  []fetchedRecord
+	ticks []statestore.Tick
+	dead  []deadLetter
+	next  int64 // the reader's position after recs
+	hwm   int64 // the partition's high watermark of the last fetch
+}
+
+// decodeAhead decodes the restore's fetches in a goroutine owned by wg
+// (stopped by ctx), so that the next batch is decoded while one is
+// written to the store. The fetches that came in meanwhile are decoded
+// together, up to restoreBatchRecords: one Pebble batch, not one per
+// fetch.
+func (s *stateTask) decodeAhead(ctx context.Context, wg *sync.WaitGroup, ch <-chan fetched, end, dlqFrom int64) <-chan decodedBatch {
+	dch := make(chan decodedBatch, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			var f fetched
+			select {
+			case f = <-ch:
+			case <-ctx.Done():
+				return
+			}
+		more:
+			for len(f.recs) < restoreBatchRecords && f.next < end {
+				select {
+				case g := <-ch:
+					f.recs, f.next, f.hwm = append(f.recs, g.recs...), g.next, g.hwm
+				default:
+					break more
+				}
+			}
+			d := decodedBatch{recs: f.recs, next: f.next, hwm: f.hwm}
+			if len(f.recs) > 0 {
+				d.ticks, d.dead = s.decodeTicks(f.recs, dlqFrom)
+			}
+			select {
+			case dch <- d:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return dch
+}
+
+// applyDecodedRetrying is applyRetrying for a decoded batch.
+func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) error {
+	if len(d.recs) == 0 {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		err := s.applyDecoded(ctx, d.recs, d.ticks, d.dead)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
+			return err
+		}
+		s.w.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
+	}
+	s.advance(d.recs[len(d.recs)-1].Offset+1, d.recs)
+	return nil
 }
 
 // step fetches once and applies what it got. It returns the number of
@@ -429,6 +509,13 @@ func (s *stateTask) applyRetrying(ctx context.Context, recs []fetchedRecord, dlq
 // apply writes the valid ticks of recs and the offset of the last record
 // to the store in one batch. Malformed ticks are dead-lettered first.
 func (s *stateTask) apply(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
+	ticks, dead := s.decodeTicks(recs, dlqFrom)
+	return s.applyDecoded(ctx, recs, ticks, dead)
+}
+
+// decodeTicks decodes the ticks of recs; the malformed ones at or after
+// dlqFrom become dead letters.
+func (s *stateTask) decodeTicks(recs []fetchedRecord, dlqFrom int64) ([]statestore.Tick, []deadLetter) {
 	w := s.w
 	ticks := make([]statestore.Tick, 0, len(recs))
 	var dead []deadLetter
@@ -442,6 +529,13 @@ func (s *stateTask) apply(ctx context.Context, recs []fetchedRecord, dlqFrom int
 		}
 		ticks = append(ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: rec.Time.UnixMilli(), Offset: rec.Offset})
 	}
+	return ticks, dead
+}
+
+// applyDecoded writes the dead letters of recs, then its ticks and the
+// offset of its last record in one batch.
+func (s *stateTask) applyDecoded(ctx context.Context, recs []fetchedRecord, ticks []statestore.Tick, dead []deadLetter) error {
+	w := s.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(len(recs)))
 	if len(dead) > 0 {
 		if err := w.writeOut(ctx, nil, dead); err != nil {

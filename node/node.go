@@ -210,7 +210,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Addr:         kafka.TCP(cfg.Brokers...),
 		Balancer:     &murmur2.Balancer{},
 		RequiredAcks: kafka.RequireAll,
-		BatchSize:    5000,
+		// kafka-go allocates room for BatchSize messages in every batch
+		// it opens (about 150 bytes each): with 5000, a write of a few
+		// dozen alerts allocated 750 KiB, 85% of all allocation under a
+		// steady load, and the GC it caused doubled the p99 latency.
+		BatchSize:    1000,
 		BatchBytes:   8 << 20,
 		BatchTimeout: 2 * time.Millisecond,
 		Transport:    cfg.Transport,

@@ -209,3 +209,24 @@ func TestAppendAlertMessages(t *testing.T) {
 		}
 	}
 }
+
+// AppendAlertMessagesTo writes into the buffer it is given when that is
+// large enough (no allocation), and the messages are right either way.
+func TestAppendAlertMessagesToReusesTheBuffer(t *testing.T) {
+	alerts := []Alert{{Notification: Notification{ID: "n1", Symbol: "BBCA"}, Result: ResultMiss, Worker: "w"},
+		{Notification: Notification{ID: "n2", Symbol: "TLKM", Text: "<b>"}, Result: ResultMiss, Worker: "w"}}
+	buf := make([]byte, 0, 4096)
+	msgs, got := AppendAlertMessagesTo(nil, buf, "alerts", alerts)
+	if &got[:1][0] != &buf[:1][0] {
+		t.Error("a large enough buffer was not used")
+	}
+	for i, m := range msgs {
+		want, _ := json.Marshal(&alerts[i])
+		if string(m.Key) != alerts[i].Symbol || !bytes.Equal(m.Value, want) {
+			t.Fatalf("message %d = %q %s; want %q %s", i, m.Key, m.Value, alerts[i].Symbol, want)
+		}
+	}
+	if n := testing.AllocsPerRun(10, func() { msgs, buf = AppendAlertMessagesTo(msgs[:0], buf, "alerts", alerts) }); n != 0 {
+		t.Errorf("%v allocations per batch with a reused buffer and slice; want 0", n)
+	}
+}

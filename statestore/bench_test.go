@@ -91,3 +91,29 @@ func BenchmarkGetAsOf(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkApply writes batches of 8,000 ticks of 1,000 symbols, as a
+// restore applies one fetch of the market (per tick: one version key and
+// value in the batch; per batch: the offset and one commit).
+func BenchmarkApply(b *testing.B) {
+	m := openManager(b, Options{Dirs: []string{b.TempDir()}})
+	s := openTask(b, m, 0)
+	syms := make([]string, 1000)
+	for i := range syms {
+		syms[i] = fmt.Sprintf("SYM%04d", i)
+	}
+	const batch = 8000
+	ticks := make([]Tick, batch)
+	off := int64(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range ticks {
+			ticks[i] = Tick{syms[int(off)%len(syms)], float64(off), off, off}
+			off++
+		}
+		if err := s.Apply(ticks, off-1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/tick")
+}

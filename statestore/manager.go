@@ -325,9 +325,18 @@ func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
 	return s, nil
 }
 
+// memTableBytes is the size a task's memtable grows to before it is
+// flushed (Pebble starts it small and doubles it at each rotation, so an
+// idle task holds little). 32 MiB instead of Pebble's 4 MiB: a restore of
+// a million ticks is flushed once or twice instead of a dozen times, each
+// flush a small L0 table that compactions then rewrite, on the same cores
+// as the restore.
+const memTableBytes = 32 << 20
+
 func (m *Manager) openStore(task int, dir string) (*Store, error) {
 	db, err := pebble.Open(dir, &pebble.Options{
 		Cache:         m.cache,
+		MemTableSize:  memTableBytes,
 		FS:            m.fs,
 		Logger:        pebbleLogger{l: m.log.With("task", task), fatal: func(msg string) { m.corruption(task, dir, msg) }},
 		EventListener: m.eventListener(task, dir),

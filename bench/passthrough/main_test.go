@@ -54,7 +54,7 @@ func TestCopyAll(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, rec := range recs {
-					got[string(rec.value)] = string(rec.key)
+					got[string(rec.Value)] = string(rec.Key)
 					n++
 				}
 			}

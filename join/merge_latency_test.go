@@ -1,0 +1,107 @@
+package join
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A pass hands the alerts of every run of notifications between ticks to
+// the outbox as one chunk, not one chunk (and one write) per run: with
+// ticks interleaved, that is what kept writes small and latency high.
+func TestMergePassOneChunkForInterleavedRuns(t *testing.T) {
+	w, pt, _ := newTestWorker(t)
+	var mbuf, nbuf []fetchedRecord
+	for i := range 20 {
+		mbuf = append(mbuf, recAt(int64(i), 1000+10*i, fmt.Sprintf(`{"symbol":"BBCA","price":%d}`, i)))
+		for j := range 3 {
+			nbuf = append(nbuf, recAt(int64(3*i+j), 1001+10*i+j, fmt.Sprintf(`{"id":"n%d-%d","symbol":"BBCA"}`, i, j)))
+		}
+	}
+	out := make(chan chunk, 100)
+	m := merger{t: pt, st: pt.st, mbuf: mbuf, nbuf: nbuf, force: true, out: out, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	ctx := context.Background()
+	if err := pt.gate.enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(out)
+	var chunks, alerts int
+	var next int64
+	for c := range out {
+		chunks++
+		alerts += len(c.alerts)
+		next = c.next
+		pt.gate.leave()
+	}
+	if chunks != 1 || alerts != len(nbuf) || next != int64(len(nbuf)) {
+		t.Errorf("%d chunks of %d alerts in all, up to offset %d; want 1 chunk of %d up to %d", chunks, alerts, next, len(nbuf), len(nbuf))
+	}
+}
+
+// Notifications need not wait for an end-offset request when the market
+// was fetched to its high watermark by a fetch sent after they were
+// answered: the ones below that answer's high watermark are cleared. A
+// market fetch sent before proves nothing, nor does one below the
+// market's high watermark, and later notifications are not covered.
+func TestMergeMarketFetchedToEndClearsNotifications(t *testing.T) {
+	w, pt, _ := newTestWorker(t)
+	m := merger{t: pt, st: pt.st, mNext: -1, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	// A market fetch sent before the notifications were answered, taken
+	// after them (it was in flight).
+	before := time.Now()
+	time.Sleep(time.Millisecond)
+	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(0, 2000, `{"id":"n0","symbol":"BBCA"}`)}, next: 1, hwm: 1, sent: time.Now()})
+	m.takeMarket(fetched{next: 5, hwm: 5, sent: before})
+	if m.nCleared != 0 {
+		t.Fatalf("a market fetch sent before the notifications were answered cleared them (up to %d)", m.nCleared)
+	}
+	time.Sleep(time.Millisecond)
+	m.takeMarket(fetched{next: 5, hwm: 7, sent: time.Now()})
+	if m.nCleared != 0 {
+		t.Fatal("a market fetch below its high watermark cleared the notifications")
+	}
+	m.takeMarket(fetched{next: 7, hwm: 7, sent: time.Now()})
+	if m.nCleared != 1 {
+		t.Fatalf("cleared up to %d; want 1: the market was fetched to its end after the notification was answered", m.nCleared)
+	}
+	time.Sleep(time.Millisecond)
+	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(1, 2001, `{"id":"n1","symbol":"BBCA"}`)}, next: 2, hwm: 2, sent: time.Now()})
+	if err := m.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.nbuf) != 1 || m.nbuf[0].Offset != 1 || pt.acked.Load() != 1 {
+		t.Fatalf("after the pass %d notifications buffered, acked %d; want the one at offset 1 left, acked 1", len(m.nbuf), pt.acked.Load())
+	}
+	// An end check sent when the notifications' high watermark was 2
+	// clears the rest once the market is read to the end it found.
+	m.takeEndCheck(endCheck{market: true, coverN: 2, end: 6, sent: time.Now()})
+	if m.nCleared != 2 {
+		t.Fatalf("cleared up to %d after the end check; want 2", m.nCleared)
+	}
+	m.takeEndCheck(endCheck{market: true, coverN: 9, end: 8, sent: time.Now()})
+	if m.nCleared != 2 {
+		t.Fatal("an end check the market is not read to cleared notifications")
+	}
+}
+
+// Offsets cleared in a log that was then recreated (its offsets start
+// again lower) clear nothing in the new one.
+func TestMergeClearedForgottenWhenTheLogGoesBack(t *testing.T) {
+	w, pt, _ := newTestWorker(t)
+	m := merger{t: pt, st: pt.st, mNext: -1, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(100, 2000, `{"id":"n","symbol":"BBCA"}`)}, next: 101, hwm: 500, sent: time.Now()})
+	time.Sleep(time.Millisecond)
+	m.takeMarket(fetched{next: 5, hwm: 5, sent: time.Now()})
+	if m.nCleared != 500 {
+		t.Fatalf("cleared up to %d; want 500", m.nCleared)
+	}
+	m.nbuf = nil
+	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(0, 3000, `{"id":"new","symbol":"BBCA"}`)}, next: 1, hwm: 1, sent: time.Now()})
+	if m.nCleared != 0 {
+		t.Fatalf("after the log went back, offsets up to %d are still cleared", m.nCleared)
+	}
+}
