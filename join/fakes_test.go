@@ -1,10 +1,12 @@
 package join
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,7 +87,13 @@ func (f *fakeWriter) WriteMessages(_ context.Context, msgs ...kafka.Message) err
 	if f.fail != nil {
 		return f.fail
 	}
-	f.msgs = append(f.msgs, msgs...)
+	// Keep copies, as Kafka does: the outbox reuses the buffers of a write
+	// once it returned.
+	for _, m := range msgs {
+		m.Key, m.Value = bytes.Clone(m.Key), bytes.Clone(m.Value)
+		m.Headers = slices.Clone(m.Headers)
+		f.msgs = append(f.msgs, m)
+	}
 	return nil
 }
 
