@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,6 +250,9 @@ func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
 	w := s.w
 	log := w.log.With("task", s.p, "topic", w.cfg.Topics.Market)
+	// A copy that a standby kept (here, or before a restart) applied its
+	// malformed ticks without dead-lettering them: see below.
+	wasCopy := s.fromCopy || s.store.Standby()
 	// Record the store's role on disk, so that after a restart a standby
 	// copy is held (Processor.Held) but not claimed as owned (Owned).
 	if err := s.store.SetStandby(s.isStandby()); err != nil {
@@ -266,6 +270,14 @@ func (s *stateTask) run(ctx context.Context) {
 		}
 	}
 	s.dlqFrom = dlqFrom
+	if wasCopy && !s.isStandby() && s.appliedOffset() >= dlqFrom {
+		// The standby skipped the malformed ticks after the group's
+		// committed market offset, which the dead owner may not have
+		// routed yet: route them now, so none silently vanishes.
+		if !s.deadLetterCopied(ctx, dlqFrom, s.appliedOffset()+1, log) {
+			return
+		}
+	}
 
 	began := time.Now()
 	var first, end int64
@@ -381,6 +393,49 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		}
 	}
 	return n, true
+}
+
+// deadLetterCopied dead-letters the malformed records of market-p in
+// [from, to), which a standby copy applied without routing them, and
+// reports false when ctx ended first. Ticks are not applied again: the
+// store holds them. Records routed by the previous owner too are written
+// twice (at least once).
+func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *slog.Logger) bool {
+	w := s.w
+	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, from, w.cfg.FetchMaxWait)
+	routed := 0
+	for attempt := 0; r.next < to; {
+		recs, err := r.fetch(ctx)
+		if err == nil {
+			recs = slices.DeleteFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to })
+			if _, dead := s.decodeTicks(recs, from); len(dead) > 0 {
+				if err = w.writeOut(ctx, nil, dead); err == nil {
+					routed += len(dead)
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if err != nil {
+			// Nothing is skipped: the reader goes back to the first
+			// record of the failed round.
+			if len(recs) > 0 {
+				r.next = recs[0].Offset
+			}
+			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.next, "to_offset", to, "err", err)
+			if sleep(ctx, backoff(attempt)) != nil {
+				return false
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+	}
+	if routed > 0 {
+		log.Info("dead-lettered the malformed ticks its standby copy had skipped", "records", routed, "from_offset", from, "to_offset", to)
+	}
+	return true
 }
 
 // decodedBatch is a batch of market records with their ticks decoded.

@@ -175,6 +175,13 @@ func (m *Manager) dropSidecarLocked(task int, dir string) {
 // owned here, so ActiveTasks leaves it out.
 const standbyMarker = "JOINER-STANDBY"
 
+// Standby reports whether the store was last used as a standby copy of its
+// task (SetStandby(true), possibly by an earlier process).
+func (s *Store) Standby() bool {
+	_, err := s.mgr.fs.Stat(s.mgr.fs.PathJoin(s.dir, standbyMarker))
+	return err == nil
+}
+
 // SetStandby records whether the store is used as a standby copy of its
 // task (true) or by the task's active owner (false). It survives a crash:
 // after a restart, ActiveTasks reports only the tasks this member owned.

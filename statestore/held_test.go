@@ -165,10 +165,16 @@ func TestActiveTasks(t *testing.T) {
 	}
 	mustHeld(t, m2, map[int]int64{0: 0, 1: 0, 2: 0})
 	s1 := openTask(t, m2, 1)
+	if !s1.Standby() {
+		t.Error("task 1's store does not say it was a standby copy after a restart")
+	}
 	if err := s1.SetStandby(false); err != nil {
 		t.Fatal(err)
 	}
 	if active, _ := m2.ActiveTasks(); !slices.Equal(active, []int{0, 1, 2}) {
 		t.Fatalf("ActiveTasks %v after task 1 became active, want [0 1 2]", active)
+	}
+	if s1.Standby() {
+		t.Error("task 1's store still says it is a standby copy")
 	}
 }
