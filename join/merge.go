@@ -75,18 +75,31 @@ const (
 // passed. So a notification produced after a tick of its symbol always
 // finds that tick, and does not see ticks newer than itself unless the
 // market got ahead during an idle wait.
-func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64, log *slog.Logger) {
+//
+// nr reads the notifications; head is its first fetch with the market's
+// end check made after it (headStart), both made while the state
+// restored. The goroutines of the task (owned by wg) stop when fctx ends,
+// which the caller does when runMerged returns.
+func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, st *stateTask, nr *partitionReader, head <-chan headFetch, log *slog.Logger) {
 	w := t.w
-	fctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
-	mCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
-	nCh := w.prefetch(fctx, &wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait), 1, log)
+	mCh := w.prefetch(fctx, wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
-	m.out = t.startOutbox(fctx, &wg)
+	m.out = t.startOutbox(fctx, wg)
+	// The first fetch comes before any later one (nr is headStart's until
+	// it has answered), and its end check is taken as if it had been asked
+	// for now.
+	select {
+	case h := <-head:
+		if h.fetched {
+			m.takeNotifications(h.f)
+		}
+		if h.checked {
+			m.takeEndCheck(h.e)
+		}
+	case <-ctx.Done():
+		return
+	}
+	nCh := w.prefetch(fctx, wg, nr, 1, log)
 	ends := make(chan endCheck, 1)
 	lookupFailures := 0
 	for {
@@ -123,7 +136,7 @@ func (t *processTask) runMerged(ctx context.Context, st *stateTask, start int64,
 				// merge: its answer is taken below if the wait is still
 				// the same.
 				m.checked = true
-				m.checkEndAsync(fctx, &wg, ends)
+				m.checkEndAsync(fctx, wg, ends)
 			}
 			if m.waitStart.IsZero() {
 				m.waitStart = time.Now()
@@ -308,6 +321,50 @@ func (m *merger) checkEndAsync(ctx context.Context, wg *sync.WaitGroup, ends cha
 		case <-ctx.Done():
 		}
 	}()
+}
+
+// headFetch is a task's first notifications fetch, when fetched, and,
+// when checked, the market's end offset read after it was answered.
+type headFetch struct {
+	f                fetched
+	e                endCheck
+	fetched, checked bool
+}
+
+// headStart makes the first fetch of nr and reads the market's end offset
+// after it, in a goroutine owned by wg, while the task's state restores:
+// if the restore reached that end, the market proves every notification
+// below the fetch's high watermark joinable (takeEndCheck), and the first
+// chunk is joined as soon as the state is restored instead of a fetch and
+// an end-offset request later. (The restore's own end is no such proof:
+// it may have been read before the notifications were.) One fetch only,
+// so the restores are not slowed by a prefetch; if it or the check fails,
+// the merge fetches and asks as usual.
+func (t *processTask) headStart(ctx context.Context, wg *sync.WaitGroup, nr *partitionReader) <-chan headFetch {
+	w := t.w
+	out := make(chan headFetch, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var h headFetch
+		defer func() { out <- h }()
+		h.f.sent = time.Now()
+		recs, err := nr.fetch(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.metrics.FetchErrors.Inc()
+			}
+			return
+		}
+		h.f.recs, h.f.next, h.f.hwm, h.fetched = recs, nr.next, nr.hwm, true
+		h.e = endCheck{market: true, coverN: h.f.hwm, sent: time.Now()}
+		h.e.end, h.e.err = listOffset(ctx, w.cfg.Client, w.cfg.Topics.Market, t.p, kafka.LastOffset)
+		if h.e.err != nil && ctx.Err() == nil {
+			w.metrics.FetchErrors.Inc() // the merge asks again
+		}
+		h.checked = h.e.err == nil
+	}()
+	return out
 }
 
 // enterGate passes the rebalance gate. The time spent waiting at it does

@@ -3,8 +3,11 @@ package join
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 )
 
 // A pass hands the alerts of every run of notifications between ticks to
@@ -87,5 +90,68 @@ func TestMergeClearedForgottenWhenTheLogGoesBack(t *testing.T) {
 	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(0, 3000, `{"id":"new","symbol":"BBCA"}`)}, next: 1, hwm: 1, sent: time.Now()})
 	if m.nCleared != 0 {
 		t.Fatalf("after the log went back, offsets up to %d are still cleared", m.nCleared)
+	}
+}
+
+// orderedFetcher logs when fetches are answered and end offsets asked.
+type orderedFetcher struct {
+	*fakeFetcher
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *orderedFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error) {
+	res, err := f.fakeFetcher.Fetch(ctx, req)
+	f.mu.Lock()
+	f.calls = append(f.calls, "fetch "+req.Topic+" answered")
+	f.mu.Unlock()
+	return res, err
+}
+
+func (f *orderedFetcher) ListOffsets(ctx context.Context, req *kafka.ListOffsetsRequest) (*kafka.ListOffsetsResponse, error) {
+	f.mu.Lock()
+	for topic := range req.Topics {
+		f.calls = append(f.calls, "end of "+topic+" asked")
+	}
+	f.mu.Unlock()
+	return f.fakeFetcher.ListOffsets(ctx, req)
+}
+
+// While its state restores, a task fetches its first notifications and
+// then asks for the market's end: asked after the fetch was answered, the
+// end proves the notifications below that answer's high watermark
+// joinable once the market is read to it, so the first chunk is joined as
+// soon as the state is restored, without a fetch and a request more.
+func TestHeadStartAsksTheMarketsEndAfterTheFirstFetch(t *testing.T) {
+	w, pt, _ := newTestWorker(t)
+	f := &orderedFetcher{fakeFetcher: newFakeFetcher()}
+	w.cfg.Client = f
+	for i := range 3 {
+		f.produce("notifications", 0, int64(2000+i), "BBCA", noteJSON(fmt.Sprint("n", i), "BBCA"))
+	}
+	f.produce("market", 0, 1000, "BBCA", tickJSON("BBCA", 1))
+	f.produce("market", 0, 1001, "BBCA", tickJSON("BBCA", 2))
+
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	h := <-pt.headStart(ctx, &wg, newPartitionReader(f, "notifications", 0, 0, 10*time.Millisecond))
+	wg.Wait()
+	if want := []string{"fetch notifications answered", "end of market asked"}; fmt.Sprint(f.calls) != fmt.Sprint(want) {
+		t.Fatalf("calls %q; want %q: the market's end proves nothing for notifications fetched after it was read", f.calls, want)
+	}
+	if !h.fetched || !h.checked || len(h.f.recs) != 3 || h.f.next != 3 || h.e.coverN != 3 || h.e.end != 2 || !h.e.market {
+		t.Fatalf("head %+v; want the 3 notifications fetched and the market's end 2 covering them", h)
+	}
+	// The merge starts from the restored market: the end check clears
+	// the fetched notifications; from a market behind it, nothing.
+	for _, c := range []struct {
+		mNext, cleared int64
+	}{{2, 3}, {1, 0}} {
+		m := merger{t: pt, st: pt.st, mNext: c.mNext, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues("0")}
+		m.takeNotifications(h.f)
+		m.takeEndCheck(h.e)
+		if m.nCleared != c.cleared {
+			t.Errorf("market restored to %d: cleared up to %d; want %d", c.mNext, m.nCleared, c.cleared)
+		}
 	}
 }

@@ -51,8 +51,19 @@ func (t *processTask) run(ctx context.Context) {
 		return
 	}
 	if t.st != nil {
-		// The task's own state restores first: only then do notifications
-		// start, merged with the market in timestamp order.
+		// The task's own state restores first: only then are notifications
+		// joined, merged with the market in timestamp order. Meanwhile
+		// their first fetch and the market's end check are made (see
+		// headStart), so the first chunk is joined as soon as the state is
+		// there.
+		fctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer func() {
+			cancel()
+			wg.Wait()
+		}()
+		nr := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
+		head := t.headStart(fctx, &wg, nr)
 		select {
 		case <-t.st.restored:
 		case <-t.st.stopped:
@@ -61,7 +72,7 @@ func (t *processTask) run(ctx context.Context) {
 			return
 		}
 		log.Info("processing notifications merged with the market", "from_offset", start, "market_offset", t.st.resumeAt)
-		t.runMerged(ctx, t.st, start, log)
+		t.runMerged(ctx, fctx, &wg, t.st, nr, head, log)
 		return
 	}
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
