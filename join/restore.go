@@ -537,35 +537,17 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 	}
 }
 
-// applyRetrying applies recs (see apply), retrying failures with backoff,
-// and publishes the new position. It fails only when ctx is done or the
-// store was closed.
+// applyRetrying decodes recs and applies them (applyDecodedRetrying):
+// malformed ticks at or after dlqFrom are dead-lettered first, then the
+// valid ticks and the offset of the last record go to the store in one
+// batch, failures retried with backoff. It fails only when ctx is done or
+// the store was closed.
 func (s *stateTask) applyRetrying(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	for attempt := 0; ; attempt++ {
-		err := s.apply(ctx, recs, dlqFrom)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
-			return err
-		}
-		s.w.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
-	s.advance(recs[len(recs)-1].Offset+1, recs)
-	return nil
-}
-
-// apply writes the valid ticks of recs and the offset of the last record
-// to the store in one batch. Malformed ticks are dead-lettered first.
-func (s *stateTask) apply(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
 	ticks, dead := s.decodeTicks(recs, dlqFrom)
-	return s.applyDecoded(ctx, recs, ticks, dead)
+	return s.applyDecodedRetrying(ctx, decodedBatch{recs: recs, ticks: ticks, dead: dead})
 }
 
 // decodeTicks decodes the ticks of recs; the malformed ones at or after
