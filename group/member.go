@@ -771,20 +771,7 @@ func (m *Member) leave(ctx context.Context, memberID string) error {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
 	defer cancel()
-	resp, err := m.client.LeaveGroup(lctx, &kafka.LeaveGroupRequest{
-		GroupID: m.cfg.GroupID,
-		Members: []kafka.LeaveGroupRequestMember{{ID: memberID, GroupInstanceID: m.cfg.InstanceID}},
-	})
-	if err == nil {
-		err = responseError(resp.Error, resp.Throttle)
-	}
-	if err == nil {
-		for _, r := range resp.Members {
-			if r.Error != nil {
-				err = r.Error
-			}
-		}
-	}
+	err := leaveGroup(lctx, m.client, m.cfg.GroupID, kafka.LeaveGroupRequestMember{ID: memberID, GroupInstanceID: m.cfg.InstanceID})
 	if err != nil {
 		err = fmt.Errorf("group %q: leave (instance %q): %w", m.cfg.GroupID, m.cfg.InstanceID, err)
 		m.log.Warn("group: leave failed; the coordinator drops the member after the session timeout", "err", err)

@@ -26,25 +26,33 @@ func RemoveMember(ctx context.Context, client *kafka.Client, groupID, instanceID
 	case instanceID == "":
 		return errors.New("group: RemoveMember: no instance id")
 	}
-	resp, err := client.LeaveGroup(ctx, &kafka.LeaveGroupRequest{
-		GroupID: groupID,
-		Members: []kafka.LeaveGroupRequestMember{{GroupInstanceID: instanceID}},
-	})
-	if err == nil {
-		err = responseError(resp.Error, resp.Throttle)
-	}
-	if err == nil {
-		for _, r := range resp.Members {
-			if r.Error != nil {
-				err = r.Error
-			}
-		}
-	}
+	err := leaveGroup(ctx, client, groupID, kafka.LeaveGroupRequestMember{GroupInstanceID: instanceID})
 	switch {
 	case errors.Is(err, kafka.UnknownMemberId):
 		return fmt.Errorf("group %q: remove instance %q: %w (%w)", groupID, instanceID, ErrNoSuchInstance, err)
 	case err != nil:
 		return fmt.Errorf("group %q: remove instance %q: %w", groupID, instanceID, err)
+	}
+	return nil
+}
+
+// leaveGroup sends a LeaveGroup for member of group groupID and returns
+// the first error of the response: its top-level code or the member's.
+func leaveGroup(ctx context.Context, client *kafka.Client, groupID string, member kafka.LeaveGroupRequestMember) error {
+	resp, err := client.LeaveGroup(ctx, &kafka.LeaveGroupRequest{
+		GroupID: groupID,
+		Members: []kafka.LeaveGroupRequestMember{member},
+	})
+	if err != nil {
+		return err
+	}
+	if err := responseError(resp.Error, resp.Throttle); err != nil {
+		return err
+	}
+	for _, r := range resp.Members {
+		if r.Error != nil {
+			return r.Error
+		}
 	}
 	return nil
 }
