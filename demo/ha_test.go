@@ -2,7 +2,6 @@ package demo_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/internal/oracle"
 	"github.com/joiner-dev/joiner/internal/testkit"
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
@@ -120,46 +118,6 @@ func metrics(t *testing.T, n *node.Node) testkit.Metrics {
 	return m
 }
 
-// alertTimes reads every alert written so far and returns, per task, the
-// record times of its alerts in offset order.
-func alertTimes(ctx context.Context, t *testing.T, b *demo.Broker, want int) map[int][]time.Time {
-	t.Helper()
-	out := map[int][]time.Time{}
-	n := 0
-	r := testkit.NewTopicReader(b.Client, b.Topics.Alerts, b.Partitions)
-	err := testkit.Collect(ctx, r, func(rec kafka.Record, value []byte) {
-		var a struct{ Symbol string }
-		if err := json.Unmarshal(value, &a); err != nil {
-			t.Errorf("alert %q: %v", value, err)
-			return
-		}
-		p := join.SymbolTask(a.Symbol, b.Partitions)
-		out[p] = append(out[p], rec.Time)
-		n++
-	}, func() bool { return n >= want })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// longestGap is the longest time between consecutive alerts of one task
-// written within [from, to].
-func longestGap(times []time.Time, from, to time.Time) time.Duration {
-	var longest time.Duration
-	var prev time.Time
-	for _, ts := range times {
-		if ts.Before(from) || ts.After(to) {
-			continue
-		}
-		if !prev.IsZero() && ts.Sub(prev) > longest {
-			longest = ts.Sub(prev)
-		}
-		prev = ts
-	}
-	return longest
-}
-
 // TestCooperativeScaleOut scales 3 workers out to 4 under steady load. Only
 // the tasks that move pause: on the old workers, the count of
 // joiner_rebalance_pause_seconds grows by exactly the tasks each gave up,
@@ -214,10 +172,10 @@ func TestCooperativeScaleOut(t *testing.T) {
 	if len(kept) == 0 || len(kept) == len(before) {
 		t.Fatalf("scale-out kept %v of %v: want some tasks kept and some moved", kept, before)
 	}
-	times := alertTimes(ctx, t, f.Broker, rep.Alerts)
-	var gap time.Duration
-	for _, p := range kept {
-		gap = max(gap, longestGap(times[p], scaleStart.Add(-time.Second), scaleEnd.Add(time.Second)))
+	gap, err := testkit.LongestAlertGap(ctx, f.Broker.Client, f.Broker.Topics.Alerts, f.Broker.Partitions, rep.Alerts,
+		kept, scaleStart.Add(-time.Second), scaleEnd.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("scale-out 3->4: longest gap between alerts of the %d tasks that stayed: %v (rebalance took %v)", len(kept), gap, scaleEnd.Sub(scaleStart).Round(time.Millisecond))
 	if gap >= time.Second {

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,9 +9,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/testkit"
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
-	"github.com/segmentio/kafka-go"
 )
 
 // The high-availability tests of issue 9 on the real broker, with `joiner
@@ -185,99 +182,22 @@ func TestIntegrationCooperativeScaleOut(t *testing.T) {
 		}
 	}
 	c.waitRuns(l, l.completed()+2, 30*time.Second)
-	gap := c.longestAlertGap(kept, from.Add(-time.Second), to.Add(time.Second))
-	t.Logf("scale-out 3->4 on Kafka: longest gap between alerts of the %d tasks that stayed: %s (the rebalance took %s)",
-		len(kept), gap.Round(time.Millisecond), to.Sub(from).Round(time.Millisecond))
-	c.drain("cooperative scale-out", l, ws, cur.gen)
-}
-
-// longestAlertGap reads the alerts topic and returns the longest time
-// between consecutive alerts of one of tasks, among those written within
-// [from, to].
-func (c *cluster) longestAlertGap(tasks []int, from, to time.Time) time.Duration {
-	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ends, err := c.endOffsets(ctx, c.alertsT)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var want int64
 	for _, e := range ends {
 		want += e
 	}
-	times := map[int][]time.Time{}
-	var n int64
-	r := testkit.NewTopicReader(c.client, c.alertsT, c.partitions)
-	err = testkit.Collect(ctx, r, func(rec kafka.Record, value []byte) {
-		n++
-		var a struct{ Symbol string }
-		if json.Unmarshal(value, &a) == nil {
-			p := join.SymbolTask(a.Symbol, c.partitions)
-			times[p] = append(times[p], rec.Time)
-		}
-	}, func() bool { return n >= want })
+	gap, err := testkit.LongestAlertGap(ctx, c.client, c.alertsT, c.partitions, int(want),
+		kept, from.Add(-time.Second), to.Add(time.Second))
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	var longest time.Duration
-	for _, p := range tasks {
-		var prev time.Time
-		for _, ts := range times[p] {
-			if ts.Before(from) || ts.After(to) {
-				continue
-			}
-			if !prev.IsZero() {
-				longest = max(longest, ts.Sub(prev))
-			}
-			prev = ts
-		}
-	}
-	return longest
-}
-
-// TestIntegrationScaleOutWithStandbys is seed 000's scale-out on Kafka: 1
-// to 8 `joiner run` processes on 8 partitions with --standby-replicas 1 and
-// the other defaults (warm-ups on), under load. After each step: active
-// counts within one, standby counts within one, K standbys per task on
-// workers other than its owner; at 8 workers one active task each.
-func TestIntegrationScaleOutWithStandbys(t *testing.T) {
-	c := newCluster(t, 8)
-	c.flags = []string{"--standby-replicas", "1"}
-	l := c.startLoad("seed000", 16, 2, 1, 200)
-	var ws []*worker
-	var st stable
-	for i := 1; i <= 8; i++ {
-		ws = append(ws, c.start(fmt.Sprintf("w%d", i)))
-		st = c.waitBalanced(ws, 60*time.Second)
-		var active, standby []int
-		copies := make([]int, c.partitions)
-		for _, w := range ws {
-			v := st.views[w.id]
-			active = append(active, len(v.Tasks))
-			standby = append(standby, len(v.StandbyTasks))
-			for _, p := range v.StandbyTasks {
-				copies[p]++
-				if slices.Contains(v.Tasks, p) {
-					t.Errorf("%d workers: %s holds task %d both active and standby", i, w.id, p)
-				}
-			}
-		}
-		t.Logf("%d workers (generation %d): active %v standby %v", i, st.gen, active, standby)
-		if slices.Max(standby)-slices.Min(standby) > 1 {
-			t.Errorf("%d workers: standby counts %v differ by more than one", i, standby)
-		}
-		for p, n := range copies {
-			if n != min(1, i-1) {
-				t.Errorf("%d workers: task %d has %d standbys, want %d", i, p, n, min(1, i-1))
-			}
-		}
-	}
-	for _, w := range ws {
-		if n := len(st.views[w.id].Tasks); n != 1 {
-			t.Errorf("8 workers: %s has %d active tasks, want exactly 1", w.id, n)
-		}
-	}
-	c.waitRuns(l, l.completed()+2, 30*time.Second)
-	c.drain("scale-out 1->8 with standbys", l, ws, st.gen)
+	t.Logf("scale-out 3->4 on Kafka: longest gap between alerts of the %d tasks that stayed: %s (the rebalance took %s)",
+		len(kept), gap.Round(time.Millisecond), to.Sub(from).Round(time.Millisecond))
+	c.drain("cooperative scale-out", l, ws, cur.gen)
 }
