@@ -13,9 +13,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// cooperative sets Config.CooperativeRebalancing.
-func cooperative(c *Config) { c.CooperativeRebalancing = true }
-
 // alertIDs returns the ids of the alerts written so far.
 func (r *fakeRig) alertIDs(t *testing.T) []string {
 	t.Helper()
@@ -77,7 +74,7 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 // after, and the pause histogram observes it once; the kept task is the
 // same task object throughout.
 func TestKeptTaskRunsThroughRebalance(t *testing.T) {
-	r := newFakeRig(t, cooperative)
+	r := newFakeRig(t)
 	ctx := context.Background()
 	s0, s1 := symbolOf(t, 0, 2), symbolOf(t, 1, 2)
 	r.f.produce("market", 0, 1000, s0, tickJSON(s0, 1))
@@ -157,7 +154,7 @@ func withStandby(a group.Assignment, standby, warmup []int) group.Assignment {
 // notifications; when it goes back to standby, its store is kept, its
 // process task stops and its last offsets are committed.
 func TestStandbyTask(t *testing.T) {
-	r := newFakeRig(t, cooperative)
+	r := newFakeRig(t)
 	ctx := context.Background()
 	s1 := symbolOf(t, 1, 2)
 	for i := range 4 {
@@ -293,7 +290,7 @@ func TestStandbyTask(t *testing.T) {
 // next offset they lack, and a store left on disk; a store dropped with
 // its task is not reported.
 func TestProcessorHeld(t *testing.T) {
-	r := newFakeRig(t, cooperative)
+	r := newFakeRig(t)
 	ctx := context.Background()
 	s0, s1 := symbolOf(t, 0, 2), symbolOf(t, 1, 2)
 	for i := range 3 {
@@ -322,32 +319,5 @@ func TestProcessorHeld(t *testing.T) {
 	r.w.Assigned(ctx, assignment(2, []int{0}, []int{0}))
 	if h := r.w.Held(); len(h) != 2 || h[0] != 3 || h[5] != 42 {
 		t.Errorf("Held after dropping the standby of task 1 = %v, want tasks 0 and 5 only", h)
-	}
-}
-
-// TestEagerRebalancePausesEveryTask: with an eager group (the default),
-// Rebalancing pauses every task, so that a task handed straight to another
-// member is not run twice; Assigned resumes the kept ones, and every task
-// paused observes the pause histogram.
-func TestEagerRebalancePausesEveryTask(t *testing.T) {
-	r := newFakeRig(t)
-	ctx := context.Background()
-	s0, s1 := symbolOf(t, 0, 2), symbolOf(t, 1, 2)
-	r.f.produce("market", 0, 1000, s0, tickJSON(s0, 1))
-	r.f.produce("market", 1, 1000, s1, tickJSON(s1, 2))
-	r.w.Assigned(ctx, assignment(1, []int{0, 1}, []int{0, 1}))
-	r.f.produce("notifications", 0, 2000, s0, noteJSON("a0", s0))
-	r.waitAlert(t, "a0")
-
-	r.w.Rebalancing(ctx)
-	r.f.produce("notifications", 0, 3000, s0, noteJSON("b0", s0))
-	time.Sleep(150 * time.Millisecond)
-	if slices.Contains(r.alertIDs(t), "b0") {
-		t.Fatal("a task processed a notification between Rebalancing and Assigned of an eager group")
-	}
-	r.w.Assigned(ctx, assignment(2, []int{0}, []int{0}))
-	r.waitAlert(t, "b0")
-	if n := histogramCount(t, r.w.metrics.RebalancePause); n != 2 {
-		t.Errorf("joiner_rebalance_pause_seconds observed %d tasks, want 2 (both paused)", n)
 	}
 }

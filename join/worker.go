@@ -14,14 +14,14 @@
 // restored (counted as a failover); when it goes back to standby, the
 // store stays and only the process task stops.
 //
-// With cooperative rebalances (Config.CooperativeRebalancing) tasks keep
-// running from Rebalancing (which commits) to Assigned, which pauses only
-// the tasks that stop here, each at its own gate: their batches in flight
-// finish (bounded) or are abandoned unwritten, their final offsets are
-// committed in the new generation, and their stores are deleted or handed
-// to the task's new role. Tasks that stay never pause. With an eager group
-// every task pauses from Rebalancing to Assigned. Lost stops everything at
-// once.
+// Rebalances are cooperative (group.Handler: the group revokes a moving
+// task from its old owner in one generation and gives it to its new owner
+// only in a later one): tasks keep running from Rebalancing (which
+// commits) to Assigned, which pauses only the tasks that stop here, each
+// at its own gate: their batches in flight finish (bounded) or are
+// abandoned unwritten, their final offsets are committed in the new
+// generation, and their stores are deleted or handed to the task's new
+// role. Tasks that stay never pause. Lost stops everything at once.
 //
 // Delivery is at least once: alerts are acknowledged by Kafka before the
 // offsets of the notifications that produced them are committed, and a
@@ -104,16 +104,6 @@ type Config struct {
 	// offset starts: StartEarliest (the default) or StartLatest.
 	StartOffset string
 
-	// CooperativeRebalancing says that the group's rebalances are
-	// cooperative (see group.Handler): a task that moves is revoked from
-	// its old owner in one generation and given to its new owner only in
-	// a later one, so two members never run it at once. Then Rebalancing
-	// only commits, and a rebalance pauses only the tasks that stop here.
-	// When false (an eager group, which may hand a task straight to its
-	// next owner), Rebalancing pauses every task until the next Assigned,
-	// which resumes the ones that stay.
-	CooperativeRebalancing bool
-
 	// Registerer receives the worker's metrics. Default: a new registry,
 	// returned by Registry.
 	Registerer prometheus.Registerer
@@ -144,11 +134,6 @@ type Processor struct {
 	member Membership
 
 	faults storeFaults // tasks whose store failed (restore_faults.go)
-
-	// pausedAt is when Rebalancing paused every task (an eager group, see
-	// Config.CooperativeRebalancing); zero when it did not. Owned by the
-	// membership goroutine (Rebalancing, Assigned, Lost).
-	pausedAt time.Time
 
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
@@ -288,10 +273,7 @@ func (w *Processor) Run(ctx context.Context, m Membership) error {
 // returns; then its store is closed and deleted, or handed over when the
 // task stays here in another role (a standby, or an active task from a
 // standby). Each such task observes joiner_rebalance_pause_seconds once.
-// With cooperative rebalances the tasks that stay never pause. With an
-// eager group (Config.CooperativeRebalancing false) Rebalancing paused
-// every task: Assigned resumes the ones that stay, and each observes its
-// pause too.
+// The tasks that stay never pause.
 func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	w.stopStoreRetries()
 	w.metrics.Rebalances.Inc()
@@ -367,9 +349,6 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	// Pause the active tasks that stop, commit them, then dispose of their
 	// stores: kept for a role they take here, else closed and deleted.
 	began := time.Now()
-	if !w.pausedAt.IsZero() {
-		began = w.pausedAt // paused by Rebalancing (an eager group)
-	}
 	w.pause(ctx, stopProcs)
 	for _, t := range stopProcs {
 		w.stopTask(t, t.stopped)
@@ -503,18 +482,6 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	for _, pt := range newProcs {
 		w.startTask(pt, pt.run)
 	}
-	if !w.pausedAt.IsZero() {
-		// An eager rebalance paused every task: resume the ones that stay.
-		w.mu.RLock()
-		for _, t := range w.procs {
-			if !slices.Contains(newProcs, t) {
-				t.gate.reopen()
-				w.metrics.RebalancePause.Observe(time.Since(w.pausedAt).Seconds())
-			}
-		}
-		w.mu.RUnlock()
-		w.pausedAt = time.Time{}
-	}
 	w.retryStores()
 	w.updateTaskGauges()
 	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
@@ -594,26 +561,19 @@ func (w *Processor) pause(ctx context.Context, ts []*processTask) {
 }
 
 // Rebalancing implements group.Handler: commit what has been processed
-// while this generation still can. With cooperative rebalances the tasks
-// keep running through the rebalance (Assigned pauses only those that
-// stop); with an eager group every task pauses until the next Assigned, so
-// that the commit covers all that was processed and a moved task's next
-// owner does not process it again. When the worker is shutting down, every
-// task is paused and stopped first so the commit is final.
+// while this generation still can. The tasks keep running through the
+// rebalance: the group withholds a moving task until its owner gave it up
+// (Assigned pauses only the tasks that stop). When the worker is shutting
+// down, every task is paused and stopped first so the commit is final.
 func (w *Processor) Rebalancing(ctx context.Context) {
-	if w.shuttingDown() || !w.cfg.CooperativeRebalancing {
+	if w.shuttingDown() {
 		w.mu.RLock()
 		procs := make([]*processTask, 0, len(w.procs))
 		for _, t := range w.procs {
 			procs = append(procs, t)
 		}
 		w.mu.RUnlock()
-		if w.pausedAt.IsZero() {
-			w.pausedAt = time.Now()
-		}
 		w.pause(ctx, procs)
-	}
-	if w.shuttingDown() {
 		w.stopAll()
 	}
 	if err := w.commit(ctx); err != nil {
@@ -645,7 +605,6 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.commitMu.Lock()
 	w.committed = nil
 	w.commitMu.Unlock()
-	w.pausedAt = time.Time{}
 	w.metrics.TaskLag.Reset()
 	w.metrics.StandbyLag.Reset()
 	w.updateTaskGauges()

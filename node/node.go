@@ -237,11 +237,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		HistoryRetention: cfg.HistoryRetention,
 		HTTPClient:       n.peer.client(),
 		StartOffset:      cfg.StartOffset,
-		// The group withholds a moving task until its owner gave it
-		// up (group.Handler), so only the tasks that move pause.
-		CooperativeRebalancing: true,
-		Registerer:             n.reg,
-		Logger:                 cfg.Logger,
+		Registerer:       n.reg,
+		Logger:           cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
