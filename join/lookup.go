@@ -137,18 +137,18 @@ var errLookup = errors.New("price lookup failed")
 
 // lookup sets a's result and price as of tsMs for symbol, whose task is q:
 // from the local store when this member holds q, otherwise from q's owner.
-func (w *Processor) lookup(ctx context.Context, a *record.Alert, q int, symbol string, tsMs int64) error {
-	return w.lookupIn(ctx, a, w.stateTask(q), q, symbol, tsMs)
+func (w *Processor) lookup(ctx context.Context, a *record.Alert, price *float64, q int, symbol string, tsMs int64) error {
+	return w.lookupIn(ctx, a, price, w.stateTask(q), q, symbol, tsMs)
 }
 
 // lookupIn is lookup with q's state task (nil when not held here) already
 // looked up.
-func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, st *stateTask, q int, symbol string, tsMs int64) error {
+func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float64, st *stateTask, q int, symbol string, tsMs int64) error {
 	if st != nil {
 		tick, match, err := st.getAsOf(symbol, tsMs)
 		switch {
 		case err == nil:
-			setPrice(a, match, record.ResultLocal, tick.Price, tick.TimestampMs)
+			setPrice(a, price, match, record.ResultLocal, tick.Price, tick.TimestampMs)
 			return nil
 		case !errors.Is(err, errTaskStopped):
 			return fmt.Errorf("%w: task %d: %w", errLookup, q, err)
@@ -173,18 +173,21 @@ func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, st *stateTask
 	case found:
 		match = statestore.AsOf
 	}
-	setPrice(a, match, record.ResultRemote, p.Price, p.TsMs)
+	setPrice(a, price, match, record.ResultRemote, p.Price, p.TsMs)
 	return nil
 }
 
 // setPrice fills the join result of a: found is the result of a price
-// as of the notification (local or remote).
-func setPrice(a *record.Alert, m statestore.Match, found record.Result, price float64, tsMs int64) {
+// as of the notification (local or remote). The price is stored in *slot,
+// which a.Price then points to (a chunk's prices share one array).
+func setPrice(a *record.Alert, slot *float64, m statestore.Match, found record.Result, price float64, tsMs int64) {
 	switch m {
 	case statestore.AsOf:
-		a.Result, a.Price, a.PriceTsMs = found, &price, tsMs
+		*slot = price
+		a.Result, a.Price, a.PriceTsMs = found, slot, tsMs
 	case statestore.Late:
-		a.Result, a.Price, a.PriceTsMs = record.ResultLate, &price, tsMs
+		*slot = price
+		a.Result, a.Price, a.PriceTsMs = record.ResultLate, slot, tsMs
 	default:
 		a.Result, a.Price, a.PriceTsMs = record.ResultMiss, nil, 0
 	}

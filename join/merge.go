@@ -487,6 +487,7 @@ func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
 		alerts  []record.Alert
+		tasks   []int // scratch: the tasks of the alerts being joined
 		dead    []deadLetter
 		acked   int64 = -1
 		ackedTs int64 = -1
@@ -520,9 +521,14 @@ func (m *merger) pass(ctx context.Context) error {
 		}
 	}
 	join := func(recs []fetchedRecord) error {
-		good, bad := t.decode(recs)
-		a, err := t.joinAll(ctx, good)
+		// Decoded and joined in place at the end of the chunk's alerts.
+		from := len(alerts)
+		var bad []deadLetter
+		alerts, tasks, bad = t.decode(alerts, tasks[:0], recs)
+		err := t.joinAll(ctx, alerts[from:], tasks)
 		if errors.Is(err, errLookup) {
+			clear(alerts[from:])
+			alerts = alerts[:from]
 			if ferr := flush(); ferr != nil {
 				return ferr
 			}
@@ -530,11 +536,6 @@ func (m *merger) pass(ctx context.Context) error {
 		}
 		if err != nil {
 			return err
-		}
-		if alerts == nil {
-			alerts = a
-		} else {
-			alerts = append(alerts, a...)
 		}
 		dead = append(dead, bad...)
 		acked = recs[len(recs)-1].Offset + 1

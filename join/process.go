@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,101 +130,105 @@ func maxTs(recs []fetchedRecord) int64 {
 	return ts
 }
 
-// pending is a decoded notification waiting for its price.
-type pending struct {
-	n    record.Notification
-	task int // the symbol's task
-	ts   int64
-}
-
-// decode splits records into notifications to join and dead letters.
-func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadLetter) {
+// decode appends one alert per well-formed notification of recs to
+// alerts, its price not joined yet, and the task of its symbol to tasks;
+// malformed records are returned as dead letters. Decoding into the
+// chunk's own alerts spares a copy of every notification.
+func (t *processTask) decode(alerts []record.Alert, tasks []int, recs []fetchedRecord) ([]record.Alert, []int, []deadLetter) {
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
-	good = make([]pending, 0, len(recs))
+	alerts, tasks = slices.Grow(alerts, len(recs)), slices.Grow(tasks, len(recs))
+	var dead []deadLetter
 	for _, rec := range recs {
 		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue
 		}
-		good = append(good, pending{n, murmur2.Partition([]byte(n.Symbol), parts), rec.Time.UnixMilli()})
+		alerts = append(alerts, record.Alert{Notification: n, NotificationTsMs: rec.Time.UnixMilli(), Worker: w.cfg.InstanceID})
+		tasks = append(tasks, murmur2.Partition([]byte(n.Symbol), parts))
 	}
-	return good, dead
+	return alerts, tasks, dead
 }
 
 // handle joins one fetched batch of a task whose state is not local, and
 // writes its alerts and dead letters. It returns an error only when ctx
 // ended before they were acknowledged.
 func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
-	good, dead := t.decode(recs)
-	alerts, err := t.joinAll(ctx, good)
-	if err != nil {
+	alerts, tasks, dead := t.decode(nil, nil, recs)
+	if err := t.joinAll(ctx, alerts, tasks); err != nil {
 		return err
 	}
 	return t.flush(ctx, alerts, dead)
 }
 
-// joinAll looks up the price of each notification as of its timestamp.
+// joinAll looks up the price of each alert's notification as of its
+// timestamp, in place; tasks[i] is the task of alerts[i]'s symbol.
 // Local lookups are store reads, after the store has been read past the
 // notifications (or to its end; bounded by MaxTaskIdle). The task's own
 // store when it runs merged is already there. Remote lookups are HTTP
 // calls, made concurrently (bounded) so that a batch costs about one round
 // trip; the owner does the same wait.
-func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Alert, error) {
+func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int) error {
 	w := t.w
-	newest := map[int]int64{}
-	for _, g := range good {
-		if t.st == nil || g.task != t.p {
-			newest[g.task] = max(newest[g.task], g.ts)
+	var newest map[int]int64
+	for i, q := range tasks {
+		if t.st == nil || q != t.p {
+			if newest == nil {
+				newest = map[int]int64{}
+			}
+			newest[q] = max(newest[q], alerts[i].NotificationTsMs)
 		}
 	}
 	for q, ts := range newest {
 		if st := w.stateTask(q); st != nil {
 			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	alerts := make([]record.Alert, len(good))
-	sem := make(chan struct{}, remoteConcurrency)
+	// The prices are kept in one array per call, not one allocation per
+	// alert.
+	prices := make([]float64, len(alerts))
 	var (
 		wg      sync.WaitGroup
+		sem     chan struct{}
 		errOnce sync.Once
 		failed  error
 	)
 	fail := func(err error) { errOnce.Do(func() { failed = err }) }
-	// The state tasks of the chunk's symbols, looked up once per chunk.
-	states := map[int]*stateTask{}
-	for i, g := range good {
-		alerts[i] = record.Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
-		a := &alerts[i]
-		st, ok := states[g.task]
-		if !ok {
-			st = w.stateTask(g.task)
-			states[g.task] = st
+	// The state task of the last symbol's task: a chunk of a merged task
+	// is mostly its own.
+	lastTask, lastState := -1, (*stateTask)(nil)
+	for i, q := range tasks {
+		a, price := &alerts[i], &prices[i]
+		if q != lastTask {
+			lastTask, lastState = q, w.stateTask(q)
 		}
-		if st != nil {
-			if err := w.lookupIn(ctx, a, st, g.task, g.n.Symbol, g.ts); err != nil {
+		if st := lastState; st != nil {
+			if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs); err != nil {
 				fail(err)
 			}
 			continue
+		}
+		if sem == nil {
+			sem = make(chan struct{}, remoteConcurrency)
 		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := w.lookup(ctx, a, g.task, g.n.Symbol, g.ts); err != nil {
+			if err := w.lookup(ctx, a, price, q, a.Symbol, a.NotificationTsMs); err != nil {
 				fail(err)
 			}
 		}()
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	return alerts, failed
+	return failed
 }
 
 // remoteConcurrency bounds the remote lookups in flight per task.

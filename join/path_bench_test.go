@@ -1,0 +1,97 @@
+package join
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/statestore"
+	"github.com/segmentio/kafka-go"
+)
+
+// discardWriter acknowledges every write at once.
+type discardWriter struct{}
+
+func (discardWriter) WriteMessages(context.Context, ...kafka.Message) error { return nil }
+
+// BenchmarkJoinPath measures joiner's own work per notification, without
+// Kafka I/O: decode a chunk of notifications, join each with its price as
+// of its time in the task's store (1,000 symbols, 10 versions each), and
+// build the alert messages (writeOutWith, to a writer that acknowledges at
+// once). The read path and the producer are measured by scripts/bench's
+// pass-through; this is what joiner adds to them.
+func BenchmarkJoinPath(b *testing.B) {
+	// latest: every notification is newer than its symbol's newest price
+	// (a task running merged, at the head of both topics); history: each
+	// falls between two versions (a backlog joined after the market was
+	// restored past it).
+	for _, history := range []bool{false, true} {
+		name := "latest"
+		if history {
+			name = "history"
+		}
+		b.Run(name, func(b *testing.B) { benchmarkJoinPath(b, history) })
+	}
+}
+
+func benchmarkJoinPath(b *testing.B, history bool) {
+	stores, err := statestore.Open(statestore.Options{Dirs: []string{b.TempDir()}, Group: "g", CacheBytes: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stores.Close()
+	w, err := NewProcessor(Config{Client: newFakeFetcher(), Writer: discardWriter{}, Stores: stores, InstanceID: "worker-0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := stores.OpenTask(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := newStateTask(w, 0, store, true)
+	close(st.restored)
+	w.assignment = group.Assignment{Partitions: 1}
+	w.states[0] = st
+	t := newProcessTask(w, 0, st)
+
+	const symbols, versions = 1000, 10
+	var ticks []statestore.Tick
+	for v := range versions {
+		for s := range symbols {
+			ticks = append(ticks, statestore.Tick{Symbol: fmt.Sprintf("SYM%04d", s), Price: 100 + float64(v) + float64(s)/100, TimestampMs: int64(1000 * (v + 1)), Offset: int64(len(ticks))})
+		}
+	}
+	if err := store.Apply(ticks, int64(len(ticks)-1)); err != nil {
+		b.Fatal(err)
+	}
+	recs := make([]fetchedRecord, mergeChunk)
+	for i := range recs {
+		ts := int64(20000 + i)
+		if history {
+			ts = int64(1500 + i%8000)
+		}
+		recs[i] = fetchedRecord{Offset: int64(i), Time: time.UnixMilli(ts), Key: fmt.Appendf(nil, "SYM%04d", i%symbols),
+			Value: fmt.Appendf(nil, `{"id":"n-%d","user":"u-%d","symbol":"SYM%04d","text":"SYM%04d moved 2.5%% today"}`, i, i%97, i%symbols, i%symbols)}
+	}
+	ctx := context.Background()
+	var scratch outScratch
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		alerts, tasks, dead := t.decode(nil, nil, recs)
+		if err := t.joinAll(ctx, alerts, tasks); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.writeOutWith(ctx, &scratch, alerts, dead); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/notification")
+	b.ReportMetric(float64(testing.AllocsPerRun(1, func() {
+		alerts, tasks, dead := t.decode(nil, nil, recs)
+		_ = t.joinAll(ctx, alerts, tasks)
+		_ = w.writeOutWith(ctx, &scratch, alerts, dead)
+	}))/float64(len(recs)), "allocs/notification")
+}
