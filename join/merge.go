@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/joiner-dev/joiner/record"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
@@ -84,7 +83,8 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 	w := t.w
 	mCh := w.prefetch(fctx, wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
-	m.out = t.startOutbox(fctx, wg)
+	m.free = make(chan *encoded, outboxDepth+2)
+	m.out = t.startOutbox(fctx, wg, m.free)
 	// The first fetch comes before any later one (nr is headStart's until
 	// it has answered), and its end check is taken as if it had been asked
 	// for now.
@@ -229,6 +229,19 @@ type merger struct {
 
 	// chunks counts the chunks handed to the outbox (or written).
 	chunks int
+	// free holds the encoded batches the outbox has written, for reuse.
+	free chan *encoded
+}
+
+// newEncoded returns an empty encoded batch: one the outbox has written,
+// else a new one.
+func (m *merger) newEncoded() *encoded {
+	select {
+	case e := <-m.free:
+		return e
+	default:
+		return &encoded{}
+	}
 }
 
 // chunkLimit is how many notifications the next chunk holds at most.
@@ -486,8 +499,7 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 func (m *merger) pass(ctx context.Context) error {
 	t := m.t
 	var (
-		alerts  []record.Alert
-		tasks   []int // scratch: the tasks of the alerts being joined
+		alerts  *encoded // the chunk's
 		dead    []deadLetter
 		acked   int64 = -1
 		ackedTs int64 = -1
@@ -503,7 +515,7 @@ func (m *merger) pass(ctx context.Context) error {
 		alerts, dead, acked = nil, nil, -1
 		m.chunks++
 		if m.out == nil {
-			if err := t.flush(ctx, c.alerts, c.dead); err != nil {
+			if err := t.flush(ctx, nil, []*encoded{c.alerts}, c.dead); err != nil {
 				return err
 			}
 			t.ack(c.next, c.ts)
@@ -521,14 +533,11 @@ func (m *merger) pass(ctx context.Context) error {
 		}
 	}
 	join := func(recs []fetchedRecord) error {
-		// Decoded and joined in place at the end of the chunk's alerts.
-		from := len(alerts)
-		var bad []deadLetter
-		alerts, tasks, bad = t.decode(alerts, tasks[:0], recs)
-		err := t.joinAll(ctx, alerts[from:], tasks)
+		if alerts == nil {
+			alerts = m.newEncoded()
+		}
+		bad, err := t.joinInto(ctx, alerts, recs)
 		if errors.Is(err, errLookup) {
-			clear(alerts[from:])
-			alerts = alerts[:from]
 			if ferr := flush(); ferr != nil {
 				return ferr
 			}
@@ -544,7 +553,7 @@ func (m *merger) pass(ctx context.Context) error {
 		// The joins between two ticks are often a handful of
 		// notifications: they go out together, one chunk per pass or
 		// per mergeChunk, not one write per run between ticks.
-		if len(alerts)+len(dead) >= m.chunkLimit() {
+		if alerts.len()+len(dead) >= m.chunkLimit() {
 			return flush()
 		}
 		return nil

@@ -36,7 +36,7 @@ func TestMergePassOneChunkForInterleavedRuns(t *testing.T) {
 	var next int64
 	for c := range out {
 		chunks++
-		alerts += len(c.alerts)
+		alerts += c.alerts.len()
 		next = c.next
 		pt.gate.leave()
 	}

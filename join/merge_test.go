@@ -217,7 +217,8 @@ func TestOutboxChunksHoldTheGate(t *testing.T) {
 		nbuf = append(nbuf, recAt(int64(i), 1000+i, fmt.Sprintf(`{"id":"n%d","symbol":"BBCA"}`, i)))
 	}
 	m := merger{t: pt, st: pt.st, nbuf: nbuf, force: true, lag: w.metrics.TaskLag.WithLabelValues("0")}
-	m.out = pt.startOutbox(ctx, &wg)
+	m.free = make(chan *encoded, outboxDepth+2) // buffers are reused after their write
+	m.out = pt.startOutbox(ctx, &wg, m.free)
 	if err := pt.gate.enter(ctx); err != nil {
 		t.Fatal(err)
 	}

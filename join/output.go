@@ -3,36 +3,113 @@ package join
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
+// encoded is a batch of alerts encoded for the alerts topic: each alert's
+// key (its symbol) and JSON value back to back in buf, and how many of
+// each join result it holds. The merge encodes every alert as it joins
+// it, so an alert is never held as a struct on the heap; the outbox makes
+// the messages from the spans and hands the batch back for reuse once
+// Kafka has acknowledged it.
+type encoded struct {
+	buf     []byte
+	spans   []alertSpan
+	results [len(joinResults)]int
+}
+
+// alertSpan locates one alert in encoded.buf: key [k, v), value [v, e).
+type alertSpan struct{ k, v, e int }
+
+// joinResults are the results counted per batch, in encoded.results order.
+var joinResults = [...]record.Result{record.ResultLocal, record.ResultRemote, record.ResultLate, record.ResultMiss}
+
+// add encodes a.
+func (e *encoded) add(a *record.Alert) {
+	k := len(e.buf)
+	e.buf = append(e.buf, a.Symbol...)
+	v := len(e.buf)
+	e.buf = record.AppendAlert(e.buf, a)
+	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
+	for i, r := range joinResults {
+		if a.Result == r {
+			e.results[i]++
+			break
+		}
+	}
+}
+
+// addAll encodes alerts.
+func (e *encoded) addAll(alerts []record.Alert) {
+	for i := range alerts {
+		e.add(&alerts[i])
+	}
+}
+
+func (e *encoded) len() int {
+	if e == nil {
+		return 0
+	}
+	return len(e.spans)
+}
+
+// encodedMark is the length of an encoded batch, to drop what was added
+// after it (rollback).
+type encodedMark struct {
+	buf, spans int
+	results    [len(joinResults)]int
+}
+
+func (e *encoded) mark() encodedMark {
+	return encodedMark{len(e.buf), len(e.spans), e.results}
+}
+
+func (e *encoded) rollback(m encodedMark) {
+	e.buf, e.spans, e.results = e.buf[:m.buf], e.spans[:m.spans], m.results
+}
+
+func (e *encoded) reset() {
+	e.buf, e.spans, e.results = e.buf[:0], e.spans[:0], [len(joinResults)]int{}
+}
+
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
 func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
-	return w.writeOutWith(ctx, nil, alerts, dead)
+	var e encoded
+	e.addAll(alerts)
+	return w.writeOutWith(ctx, nil, []*encoded{&e}, dead)
 }
 
-// outScratch is the message slice and value buffer of one writer (the
-// outbox), reused from write to write: kafka-go does not hold a message
-// once WriteMessages has returned.
+// outScratch is the message slice of one writer (the outbox), reused from
+// write to write: kafka-go does not hold a message once WriteMessages has
+// returned.
 type outScratch struct {
 	msgs []kafka.Message
-	buf  []byte
 }
 
-// writeOutWith is writeOut building the messages in s (nil: fresh ones).
-func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, alerts []record.Alert, dead []deadLetter) error {
+// writeOutWith is writeOut of encoded batches, building the messages in s
+// (nil: fresh ones).
+func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, batches []*encoded, dead []deadLetter) error {
 	if s == nil {
 		s = &outScratch{}
 	}
-	msgs, buf := record.AppendAlertMessagesTo(s.msgs[:0], s.buf, w.cfg.Topics.Alerts, alerts)
+	msgs := s.msgs[:0]
 	defer func() {
-		clear(msgs) // no stale references to alerts and dead letters
-		s.msgs, s.buf = msgs[:0], buf
+		clear(msgs) // no stale references to batches and dead letters
+		s.msgs = msgs[:0]
 	}()
+	topic := w.cfg.Topics.Alerts
+	for _, e := range batches {
+		msgs = slices.Grow(msgs, len(e.spans))
+		for _, sp := range e.spans {
+			msgs = append(msgs, kafka.Message{Topic: topic, Key: e.buf[sp.k:sp.v:sp.v], Value: e.buf[sp.v:sp.e:sp.e]})
+		}
+	}
+	alerts := len(msgs)
 	for _, d := range dead {
 		msgs = append(msgs, kafka.Message{
 			Topic: w.cfg.Topics.DeadLetter,
@@ -58,7 +135,7 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, alerts []re
 			return ctx.Err()
 		}
 		w.metrics.ProduceErrors.Inc()
-		w.log.Warn("writing alerts failed; retrying the batch", "alerts", len(alerts), "dead_letters", len(dead), "err", err)
+		w.log.Warn("writing alerts failed; retrying the batch", "alerts", alerts, "dead_letters", len(dead), "err", err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
@@ -70,49 +147,34 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, alerts []re
 	return nil
 }
 
-// flush writes alerts and dead letters, waits for Kafka to acknowledge
-// them, and counts the joins. It writes only while the membership is
-// active (see Membership.Active): a member paused past its session waits
-// here until its next heartbeat says whether it still holds the task (the
-// task's context ends when it does not).
-func (t *processTask) flush(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
-	return t.flushWith(ctx, nil, alerts, dead)
-}
-
-// flushWith is flush building the messages in s (nil: fresh ones).
-func (t *processTask) flushWith(ctx context.Context, s *outScratch, alerts []record.Alert, dead []deadLetter) error {
+// flush writes encoded alerts and dead letters, waits for Kafka to
+// acknowledge them, and counts the joins. It writes only while the
+// membership is active (see Membership.Active): a member paused past its
+// session waits here until its next heartbeat says whether it still holds
+// the task (the task's context ends when it does not).
+func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encoded, dead []deadLetter) error {
 	w := t.w
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
-	if err := w.writeOutWith(ctx, s, alerts, dead); err != nil {
+	if err := w.writeOutWith(ctx, s, batches, dead); err != nil {
 		return err
 	}
-	// Counted per result, one counter update per result and chunk.
-	var local, remote, late, miss int
-	for i := range alerts {
-		switch alerts[i].Result {
-		case record.ResultLocal:
-			local++
-		case record.ResultRemote:
-			remote++
-		case record.ResultLate:
-			late++
-		case record.ResultMiss:
-			miss++
-		default:
-			w.countJoin(alerts[i].Result)
+	// Counted per result, one counter update per result and write.
+	var counts [len(joinResults)]int
+	alerts := 0
+	for _, e := range batches {
+		for i, n := range e.results {
+			counts[i] += n
+		}
+		alerts += len(e.spans)
+	}
+	for i, n := range counts {
+		if n > 0 {
+			w.metrics.Joins.WithLabelValues(string(joinResults[i])).Add(float64(n))
 		}
 	}
-	for _, c := range []struct {
-		r record.Result
-		n int
-	}{{record.ResultLocal, local}, {record.ResultRemote, remote}, {record.ResultLate, late}, {record.ResultMiss, miss}} {
-		if c.n > 0 {
-			w.metrics.Joins.WithLabelValues(string(c.r)).Add(float64(c.n))
-		}
-	}
-	w.metrics.Alerts.Add(float64(len(alerts)))
+	w.metrics.Alerts.Add(float64(alerts))
 	return nil
 }
 
@@ -130,11 +192,11 @@ func newDeadLetter(topic string, p int, rec fetchedRecord, err error) deadLetter
 	return deadLetter{topic: topic, partition: p, rec: rec, reason: record.ReasonOf(err), err: err.Error()}
 }
 
-// chunk is the output of one joined chunk of notifications: its alerts and
-// dead letters, and the offset after its last notification with the
-// newest timestamp in it, acknowledged once they are written.
+// chunk is the output of one joined chunk of notifications: its encoded
+// alerts and dead letters, and the offset after its last notification with
+// the newest timestamp in it, acknowledged once they are written.
 type chunk struct {
-	alerts []record.Alert
+	alerts *encoded
 	dead   []deadLetter
 	next   int64
 	ts     int64
@@ -146,15 +208,19 @@ const outboxDepth = 4
 
 // startOutbox starts the task's writer goroutine (owned by wg, stopped by
 // ctx): it writes the chunks in order, waits for each acknowledgement,
-// then advances the task's acknowledged offset and releases the chunk's
-// hold on the rebalance gate. Chunks not written when ctx ends are
-// dropped unacknowledged: they are read again by whoever processes the
-// task next.
-func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<- chunk {
+// then advances the task's acknowledged offset, releases the chunk's hold
+// on the rebalance gate and hands its encoded batch back to free for
+// reuse. Chunks not written when ctx ends are dropped unacknowledged: they
+// are read again by whoever processes the task next.
+func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup, free chan<- *encoded) chan<- chunk {
 	ch := make(chan chunk, outboxDepth)
 	wg.Add(1)
 	go func() {
-		var scratch outScratch
+		var (
+			scratch outScratch
+			batches []*encoded
+			dead    []deadLetter
+		)
 		defer wg.Done()
 		defer func() {
 			for {
@@ -174,26 +240,31 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup) chan<
 				// Chunks that queued up while the last write was in
 				// flight go out in the same write: under load the writes
 				// grow instead of the queue.
-				held := 1
+				batches, dead = append(batches[:0], c.alerts), append(dead[:0], c.dead...)
 			more:
-				for held < outboxDepth {
+				for len(batches) < outboxDepth {
 					select {
 					case d := <-ch:
-						held++
-						c.alerts = append(c.alerts, d.alerts...)
-						c.dead = append(c.dead, d.dead...)
+						batches, dead = append(batches, d.alerts), append(dead, d.dead...)
 						c.next, c.ts = d.next, max(c.ts, d.ts)
 					default:
 						break more
 					}
 				}
-				err := t.flushWith(ctx, &scratch, c.alerts, c.dead)
+				err := t.flush(ctx, &scratch, batches, dead)
 				if err == nil {
 					t.ack(c.next, c.ts)
 				}
-				for range held {
+				for _, e := range batches {
 					t.gate.leave()
+					e.reset()
+					select {
+					case free <- e:
+					default:
+					}
 				}
+				clear(batches)
+				clear(dead)
 				if err != nil {
 					return
 				}

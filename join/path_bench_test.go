@@ -18,9 +18,9 @@ func (discardWriter) WriteMessages(context.Context, ...kafka.Message) error { re
 
 // BenchmarkJoinPath measures joiner's own work per notification, without
 // Kafka I/O: decode a chunk of notifications, join each with its price as
-// of its time in the task's store (1,000 symbols, 10 versions each), and
-// build the alert messages (writeOutWith, to a writer that acknowledges at
-// once). The read path and the producer are measured by scripts/bench's
+// of its time in the task's store (1,000 symbols, 10 versions each),
+// encode the alerts (joinInto, as the merge does) and make the messages
+// (writeOutWith, to a writer that acknowledges at once). The read path and the producer are measured by scripts/bench's
 // pass-through; this is what joiner adds to them.
 func BenchmarkJoinPath(b *testing.B) {
 	// latest: every notification is newer than its symbol's newest price
@@ -76,22 +76,26 @@ func benchmarkJoinPath(b *testing.B, history bool) {
 			Value: fmt.Appendf(nil, `{"id":"n-%d","user":"u-%d","symbol":"SYM%04d","text":"SYM%04d moved 2.5%% today"}`, i, i%97, i%symbols, i%symbols)}
 	}
 	ctx := context.Background()
-	var scratch outScratch
+	var (
+		scratch outScratch
+		e       encoded
+	)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		alerts, tasks, dead := t.decode(nil, nil, recs)
-		if err := t.joinAll(ctx, alerts, tasks); err != nil {
+		e.reset()
+		dead, err := t.joinInto(ctx, &e, recs)
+		if err != nil {
 			b.Fatal(err)
 		}
-		if err := w.writeOutWith(ctx, &scratch, alerts, dead); err != nil {
+		if err := w.writeOutWith(ctx, &scratch, []*encoded{&e}, dead); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/notification")
 	b.ReportMetric(float64(testing.AllocsPerRun(1, func() {
-		alerts, tasks, dead := t.decode(nil, nil, recs)
-		_ = t.joinAll(ctx, alerts, tasks)
-		_ = w.writeOutWith(ctx, &scratch, alerts, dead)
+		e.reset()
+		dead, _ := t.joinInto(ctx, &e, recs)
+		_ = w.writeOutWith(ctx, &scratch, []*encoded{&e}, dead)
 	}))/float64(len(recs)), "allocs/notification")
 }

@@ -3,7 +3,6 @@ package join
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,37 +129,66 @@ func maxTs(recs []fetchedRecord) int64 {
 	return ts
 }
 
-// decode appends one alert per well-formed notification of recs to
-// alerts, its price not joined yet, and the task of its symbol to tasks;
-// malformed records are returned as dead letters. Decoding into the
-// chunk's own alerts spares a copy of every notification.
-func (t *processTask) decode(alerts []record.Alert, tasks []int, recs []fetchedRecord) ([]record.Alert, []int, []deadLetter) {
+// handle joins one fetched batch of a task whose state is not local, and
+// writes its alerts and dead letters. It returns an error only when ctx
+// ended before they were acknowledged.
+func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
+	var e encoded
+	dead, err := t.joinInto(ctx, &e, recs)
+	if err != nil {
+		return err
+	}
+	return t.flush(ctx, nil, []*encoded{&e}, dead)
+}
+
+// joinInto decodes recs, joins each notification with its price as of its
+// time and appends its alert to e, in order; malformed records are
+// returned as dead letters. On an error e is left as it was.
+//
+// The notifications of the task's own symbols, when it holds their state
+// (it runs merged), are decoded, looked up and encoded one by one: their
+// alert is never held on the heap. The others (another task's symbols)
+// are decoded into alerts, joined concurrently (joinAll) and encoded
+// after them; a symbol's alerts stay in order, since all of one symbol
+// are of one kind.
+func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRecord) ([]deadLetter, error) {
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
-	alerts, tasks = slices.Grow(alerts, len(recs)), slices.Grow(tasks, len(recs))
-	var dead []deadLetter
+	mark := e.mark()
+	var (
+		dead   []deadLetter
+		others []record.Alert
+		tasks  []int
+		price  float64
+	)
 	for _, rec := range recs {
 		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue
 		}
-		alerts = append(alerts, record.Alert{Notification: n, NotificationTsMs: rec.Time.UnixMilli(), Worker: w.cfg.InstanceID})
-		tasks = append(tasks, murmur2.Partition([]byte(n.Symbol), parts))
+		a := record.Alert{Notification: n, NotificationTsMs: rec.Time.UnixMilli(), Worker: w.cfg.InstanceID}
+		q := murmur2.Partition([]byte(n.Symbol), parts)
+		if t.st == nil || q != t.p {
+			others = append(others, a)
+			tasks = append(tasks, q)
+			continue
+		}
+		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
+			e.rollback(mark)
+			return nil, err
+		}
+		e.add(&a)
 	}
-	return alerts, tasks, dead
-}
-
-// handle joins one fetched batch of a task whose state is not local, and
-// writes its alerts and dead letters. It returns an error only when ctx
-// ended before they were acknowledged.
-func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
-	alerts, tasks, dead := t.decode(nil, nil, recs)
-	if err := t.joinAll(ctx, alerts, tasks); err != nil {
-		return err
+	if len(others) > 0 {
+		if err := t.joinAll(ctx, others, tasks); err != nil {
+			e.rollback(mark)
+			return nil, err
+		}
+		e.addAll(others)
 	}
-	return t.flush(ctx, alerts, dead)
+	return dead, nil
 }
 
 // joinAll looks up the price of each alert's notification as of its
