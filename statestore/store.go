@@ -80,6 +80,16 @@ type Store struct {
 	cacheMu sync.RWMutex
 	latest  map[string]Tick
 	gen     uint64
+
+	// reader is a Pebble iterator kept between the lookups that need an
+	// older version than the cached latest (a backlog joined after the
+	// market was restored past it): creating one per lookup cost more
+	// than the lookup. It sees the DB as of its creation, so every write
+	// of versions (Apply, Prune) drops it; the next lookup makes a new one.
+	readerMu sync.Mutex
+	reader   *pebble.Iterator
+	bounds   [2][2][]byte // the reader's lower and upper bounds, two sets in turn (see SetBounds)
+	boundsAt int
 }
 
 // Task is the partition index this store holds.
@@ -156,8 +166,10 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 		return fmt.Errorf("statestore: task %d: commit batch up to offset %d in %s: %w (the store is unchanged; check the disk)",
 			s.task, offset, s.dir, err)
 	}
-	// The cache is brought up to date before the new offset is published:
-	// whoever reads AppliedOffset and then looks up sees at least that.
+	// The cache and the reader are brought up to date before the new
+	// offset is published: whoever reads AppliedOffset and then looks up
+	// sees at least that.
+	s.dropReader()
 	s.cacheMu.Lock()
 	s.gen++
 	for _, t := range ticks {
@@ -188,11 +200,11 @@ func (s *Store) GetAsOf(symbol string, tsMs int64) (Tick, Match, error) {
 		return c, AsOf, nil
 	}
 
-	it, err := s.symbolIter(symbol)
+	it, release, err := s.readSymbol(symbol)
 	if err != nil {
 		return Tick{}, Miss, err
 	}
-	defer it.Close()
+	defer release()
 	if !cached {
 		if !it.First() {
 			return Tick{}, Miss, s.iterErr(it, symbol)
@@ -371,6 +383,7 @@ func (s *Store) Prune(cutMs int64) (int, error) {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return 0, fmt.Errorf("statestore: task %d: commit prune in %s: %w", s.task, s.dir, err)
 	}
+	s.dropReader()
 	return pruned, nil
 }
 
@@ -384,6 +397,47 @@ func (s *Store) symbolIter(symbol string) (*pebble.Iterator, error) {
 		return nil, fmt.Errorf("statestore: task %d: read %q: %w", s.task, symbol, err)
 	}
 	return it, nil
+}
+
+// readSymbol returns an iterator over the versions of symbol and the
+// function to call when done with it: the store's kept reader when no
+// other lookup holds it (made anew if a write dropped it), else a new
+// iterator of its own. The caller holds s.mu for reading.
+func (s *Store) readSymbol(symbol string) (*pebble.Iterator, func(), error) {
+	if !s.readerMu.TryLock() {
+		it, err := s.symbolIter(symbol)
+		if err != nil {
+			return nil, nil, err
+		}
+		return it, func() { it.Close() }, nil
+	}
+	// Pebble compares the new bounds with the last ones: they must stay
+	// unchanged until the next SetBounds, hence two sets used in turn.
+	b := &s.bounds[s.boundsAt]
+	s.boundsAt = 1 - s.boundsAt
+	b[0], b[1] = symbolPrefix(b[0][:0], symbol), symbolUpper(b[1][:0], symbol)
+	if s.reader == nil {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: b[0], UpperBound: b[1]})
+		if err != nil {
+			s.readerMu.Unlock()
+			return nil, nil, fmt.Errorf("statestore: task %d: read %q: %w", s.task, symbol, err)
+		}
+		s.reader = it
+	} else {
+		s.reader.SetBounds(b[0], b[1])
+	}
+	return s.reader, s.readerMu.Unlock, nil
+}
+
+// dropReader closes the kept reader, which no longer sees the DB as it is:
+// called after every write of versions.
+func (s *Store) dropReader() {
+	s.readerMu.Lock()
+	defer s.readerMu.Unlock()
+	if s.reader != nil {
+		_ = s.reader.Close()
+		s.reader = nil
+	}
 }
 
 func (s *Store) allVersionsIter() (*pebble.Iterator, error) {
@@ -417,6 +471,7 @@ func (s *Store) Close() error {
 	if db == nil {
 		return fmt.Errorf("statestore: close task %d: %w", s.task, ErrClosed)
 	}
+	s.dropReader() // no lookup holds it: they all hold s.mu
 	// Every Apply has returned: the applied offset is final. Record it for
 	// Manager.Held before the task can be opened again.
 	applied := s.applied.Load()
