@@ -2,11 +2,8 @@ package statestore
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -71,6 +68,7 @@ type Store struct {
 	db      *pebble.DB   // nil once closed
 	applyMu sync.Mutex   // serialises Apply and Prune
 	applied atomic.Int64
+	order   applyOrder // Apply's, under applyMu
 
 	// latest caches the newest version of the symbols looked up, so that
 	// the common lookup (a notification newer than its symbol's latest
@@ -126,27 +124,23 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 		}
 	}
 
-	b := s.db.NewBatch()
+	order := s.order.build(ticks)
+	defer s.order.reset()
+	b := s.db.NewBatchWithSize(batchBytes(ticks))
 	defer b.Close()
-	var key, val []byte
-	// In key order: Pebble's memtable inserts a batch in batch order and
-	// an insert right after the one before is cheaper than a random one
-	// (a restore's ticks come in offset order, the symbols interleaved).
-	sorted := slices.Clone(ticks)
-	slices.SortFunc(sorted, func(x, y Tick) int {
-		if c := strings.Compare(x.Symbol, y.Symbol); c != 0 {
-			return c
-		}
-		if x.TimestampMs != y.TimestampMs {
-			return cmp.Compare(y.TimestampMs, x.TimestampMs)
-		}
-		return cmp.Compare(y.Offset, x.Offset)
-	})
-	for _, t := range sorted {
-		key = versionKey(key[:0], t.Symbol, t.TimestampMs, t.Offset)
-		val = appendVersionValue(val[:0], t.Price, versionMeta{})
-		if err := b.Set(key, val, nil); err != nil {
-			return fmt.Errorf("statestore: task %d: batch set %q: %w", s.task, t.Symbol, err)
+	// In key order, symbol by symbol: Pebble's memtable inserts a batch in
+	// batch order, and an insert right after the one before is cheaper
+	// than a random one (a restore's ticks come in offset order, the
+	// symbols interleaved). Within a symbol, newest first.
+	for _, g := range order.groups {
+		for i := g.last; i >= 0; i = order.prev[i] {
+			t := &ticks[i]
+			op := b.SetDeferred(versionKeyLen(t.Symbol), versionValueLen)
+			versionKey(op.Key[:0], t.Symbol, t.TimestampMs, t.Offset)
+			appendVersionValue(op.Value[:0], t.Price, versionMeta{})
+			if err := op.Finish(); err != nil {
+				return fmt.Errorf("statestore: task %d: batch set %q: %w", s.task, t.Symbol, err)
+			}
 		}
 	}
 	if err := b.Set([]byte(offsetKey), appendOffset(nil, offset), nil); err != nil {
@@ -160,9 +154,9 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 	// whoever reads AppliedOffset and then looks up sees at least that.
 	s.cacheMu.Lock()
 	s.gen++
-	for _, t := range ticks {
-		if c, ok := s.latest[t.Symbol]; ok && t.newer(c) {
-			s.latest[t.Symbol] = t
+	for _, g := range order.groups {
+		if c, ok := s.latest[g.sym]; ok && g.newest.newer(c) {
+			s.latest[g.sym] = g.newest
 		}
 	}
 	s.cacheMu.Unlock()
