@@ -362,7 +362,10 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	fctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	ch := w.prefetch(fctx, &wg, r, restorePrefetch, log)
-	dch := s.decodeAhead(fctx, &wg, ch, end, dlqFrom)
+	// Tick buffers go back to the decoder once applied (the store keeps
+	// none): one being decoded, one waiting and one being applied.
+	free := make(chan []statestore.Tick, 3)
+	dch := s.decodeAhead(fctx, &wg, ch, free, end, dlqFrom)
 	defer func() {
 		// The reader may have fetched past what was applied: go on from
 		// what was.
@@ -382,10 +385,14 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		if err := s.applyDecodedRetrying(ctx, f); err != nil {
 			return n, false
 		}
+		select {
+		case free <- f.ticks[:0]:
+		default:
+		}
 		next = f.next
-		s.advance(next, nil)
-		n += int64(len(f.recs))
-		s.countRestored(len(f.recs))
+		s.advance(next, -1)
+		n += int64(f.n)
+		s.countRestored(f.n)
 		s.observeEnd(f.hwm)
 		if time.Since(lastLog) >= time.Second {
 			log.Info("restoring", "offset", next, "end_offset", end, "records", n)
@@ -408,9 +415,10 @@ func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *s
 		recs, err := r.fetch(ctx)
 		if err == nil {
 			recs = slices.DeleteFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to })
-			if _, dead := s.decodeTicks(recs, from); len(dead) > 0 {
-				if err = w.writeOut(ctx, nil, dead); err == nil {
-					routed += len(dead)
+			var d decodedBatch
+			if s.decodeInto(&d, recs, from); len(d.dead) > 0 {
+				if err = w.writeOut(ctx, nil, d.dead); err == nil {
+					routed += len(d.dead)
 				}
 			}
 		}
@@ -438,12 +446,16 @@ func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *s
 	return true
 }
 
-// decodedBatch is a batch of market records with their ticks decoded.
+// decodedBatch is a batch of market records, decoded: the ticks to apply,
+// the dead letters to route first, and what the store and the waiters
+// need to know of the records themselves.
 type decodedBatch struct {
-	recs  []fetchedRecord
 	ticks []statestore.Tick
 	dead  []deadLetter
-	next  int64 // the reader's position after recs
+	n     int   // records in the batch
+	last  int64 // offset of the last record
+	maxTs int64 // greatest record timestamp (ms)
+	next  int64 // the reader's position after the batch
 	hwm   int64 // the partition's high watermark of the last fetch
 }
 
@@ -451,8 +463,8 @@ type decodedBatch struct {
 // (stopped by ctx), so that the next batch is decoded while one is
 // written to the store. The fetches that came in meanwhile are decoded
 // together, up to restoreBatchRecords: one Pebble batch, not one per
-// fetch.
-func (s *stateTask) decodeAhead(ctx context.Context, wg *sync.WaitGroup, ch <-chan fetched, end, dlqFrom int64) <-chan decodedBatch {
+// fetch. Tick buffers are taken from free when it has one.
+func (s *stateTask) decodeAhead(ctx context.Context, wg *sync.WaitGroup, ch <-chan fetched, free <-chan []statestore.Tick, end, dlqFrom int64) <-chan decodedBatch {
 	dch := make(chan decodedBatch, 1)
 	wg.Add(1)
 	go func() {
@@ -464,18 +476,22 @@ func (s *stateTask) decodeAhead(ctx context.Context, wg *sync.WaitGroup, ch <-ch
 			case <-ctx.Done():
 				return
 			}
+			var d decodedBatch
+			select {
+			case d.ticks = <-free:
+			default:
+			}
+			s.decodeInto(&d, f.recs, dlqFrom)
+			d.next, d.hwm = f.next, f.hwm
 		more:
-			for len(f.recs) < restoreBatchRecords && f.next < end {
+			for d.n < restoreBatchRecords && d.next < end {
 				select {
 				case g := <-ch:
-					f.recs, f.next, f.hwm = append(f.recs, g.recs...), g.next, g.hwm
+					s.decodeInto(&d, g.recs, dlqFrom)
+					d.next, d.hwm = g.next, g.hwm
 				default:
 					break more
 				}
-			}
-			d := decodedBatch{recs: f.recs, next: f.next, hwm: f.hwm}
-			if len(f.recs) > 0 {
-				d.ticks, d.dead = s.decodeTicks(f.recs, dlqFrom)
 			}
 			select {
 			case dch <- d:
@@ -487,13 +503,15 @@ func (s *stateTask) decodeAhead(ctx context.Context, wg *sync.WaitGroup, ch <-ch
 	return dch
 }
 
-// applyDecodedRetrying is applyRetrying for a decoded batch.
+// applyDecodedRetrying applies a decoded batch (applyDecoded), failures
+// retried with backoff. It fails only when ctx is done or the store was
+// closed.
 func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) error {
-	if len(d.recs) == 0 {
+	if d.n == 0 {
 		return nil
 	}
 	for attempt := 0; ; attempt++ {
-		err := s.applyDecoded(ctx, d.recs, d.ticks, d.dead)
+		err := s.applyDecoded(ctx, d)
 		if err == nil {
 			break
 		}
@@ -505,7 +523,7 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 			return err
 		}
 	}
-	s.advance(d.recs[len(d.recs)-1].Offset+1, d.recs)
+	s.advance(d.last+1, d.maxTs)
 	return nil
 }
 
@@ -528,7 +546,7 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 		if err := s.applyRetrying(ctx, recs, dlqFrom); err != nil {
 			return 0, false
 		}
-		s.advance(r.next, nil)
+		s.advance(r.next, -1)
 		if s.isStandby() {
 			s.countRestored(len(recs))
 			s.observeEnd(r.hwm)
@@ -543,57 +561,62 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 // batch, failures retried with backoff. It fails only when ctx is done or
 // the store was closed.
 func (s *stateTask) applyRetrying(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	ticks, dead := s.decodeTicks(recs, dlqFrom)
-	return s.applyDecodedRetrying(ctx, decodedBatch{recs: recs, ticks: ticks, dead: dead})
+	var d decodedBatch
+	s.decodeInto(&d, recs, dlqFrom)
+	return s.applyDecodedRetrying(ctx, d)
 }
 
-// decodeTicks decodes the ticks of recs; the malformed ones at or after
-// dlqFrom become dead letters.
-func (s *stateTask) decodeTicks(recs []fetchedRecord, dlqFrom int64) ([]statestore.Tick, []deadLetter) {
+// decodeInto adds recs to d: their ticks, and the malformed ones at or
+// after dlqFrom as dead letters.
+func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom int64) {
+	if len(recs) == 0 {
+		return
+	}
 	w := s.w
-	ticks := make([]statestore.Tick, 0, len(recs))
-	var dead []deadLetter
-	for _, rec := range recs {
+	if d.n == 0 {
+		d.maxTs = math.MinInt64
+	}
+	d.ticks = slices.Grow(d.ticks, len(recs))
+	for i := range recs {
+		rec := &recs[i]
+		ts := rec.Time.UnixMilli()
+		d.maxTs = max(d.maxTs, ts)
 		t, err := record.DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			if rec.Offset >= dlqFrom {
-				dead = append(dead, newDeadLetter(w.cfg.Topics.Market, s.p, rec, err))
+				d.dead = append(d.dead, newDeadLetter(w.cfg.Topics.Market, s.p, *rec, err))
 			}
 			continue
 		}
-		ticks = append(ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: rec.Time.UnixMilli(), Offset: rec.Offset})
+		d.ticks = append(d.ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: ts, Offset: rec.Offset})
 	}
-	return ticks, dead
+	d.n += len(recs)
+	d.last = recs[len(recs)-1].Offset
 }
 
-// applyDecoded writes the dead letters of recs, then its ticks and the
-// offset of its last record in one batch.
-func (s *stateTask) applyDecoded(ctx context.Context, recs []fetchedRecord, ticks []statestore.Tick, dead []deadLetter) error {
+// applyDecoded writes the dead letters of d, then its ticks and the offset
+// of its last record in one batch.
+func (s *stateTask) applyDecoded(ctx context.Context, d decodedBatch) error {
 	w := s.w
-	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(len(recs)))
-	if len(dead) > 0 {
-		if err := w.writeOut(ctx, nil, dead); err != nil {
+	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(d.n))
+	if len(d.dead) > 0 {
+		if err := w.writeOut(ctx, nil, d.dead); err != nil {
 			return err
 		}
 	}
-	last := recs[len(recs)-1].Offset
-	if err := s.store.Apply(ticks, last); err != nil {
+	if err := s.store.Apply(d.ticks, d.last); err != nil {
 		return fmt.Errorf("task %d: %w", s.p, taskStoppedErr(err))
 	}
 	return nil
 }
 
-// advance publishes the read position to waiters.
-func (s *stateTask) advance(next int64, recs []fetchedRecord) {
+// advance publishes the read position, and the greatest record timestamp
+// read (maxTs, or -1), to waiters.
+func (s *stateTask) advance(next, maxTs int64) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	s.next = max(s.next, next)
-	for _, r := range recs {
-		s.lastTsMs = max(s.lastTsMs, r.Time.UnixMilli())
-	}
+	s.lastTsMs = max(s.lastTsMs, maxTs)
 	close(s.changed)
 	s.changed = make(chan struct{})
 }

@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 )
 
@@ -92,28 +93,33 @@ func BenchmarkGetAsOf(b *testing.B) {
 	}
 }
 
-// BenchmarkApply writes batches of 8,000 ticks of 1,000 symbols, as a
-// restore applies one fetch of the market (per tick: one version key and
-// value in the batch; per batch: the offset and one commit).
+// BenchmarkApply writes batches of ticks as a restore applies its fetches
+// (per tick: one version key and value in the batch; per batch: the offset
+// and one commit), the symbols round-robin like loadgen's: 8,000-tick
+// batches of 1,000 symbols, and the restore figure of scripts/bench,
+// 50,000-tick batches of 100,000 symbols (named like loadgen's).
 func BenchmarkApply(b *testing.B) {
-	m := openManager(b, Options{Dirs: []string{b.TempDir()}})
-	s := openTask(b, m, 0)
-	syms := make([]string, 1000)
-	for i := range syms {
-		syms[i] = fmt.Sprintf("SYM%04d", i)
+	for _, c := range []struct{ symbols, batch int }{{1000, 8000}, {100000, 50000}} {
+		b.Run(fmt.Sprintf("symbols=%d/batch=%d", c.symbols, c.batch), func(b *testing.B) {
+			m := openManager(b, Options{Dirs: []string{b.TempDir()}})
+			s := openTask(b, m, 0)
+			syms := make([]string, c.symbols)
+			for i := range syms {
+				syms[i] = "S" + strconv.Itoa(i)
+			}
+			ticks := make([]Tick, c.batch)
+			off := int64(0)
+			b.ReportAllocs()
+			for b.Loop() {
+				for i := range ticks {
+					ticks[i] = Tick{syms[int(off)%len(syms)], float64(off), off, off}
+					off++
+				}
+				if err := s.Apply(ticks, off-1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*c.batch), "ns/tick")
+		})
 	}
-	const batch = 8000
-	ticks := make([]Tick, batch)
-	off := int64(0)
-	b.ReportAllocs()
-	for b.Loop() {
-		for i := range ticks {
-			ticks[i] = Tick{syms[int(off)%len(syms)], float64(off), off, off}
-			off++
-		}
-		if err := s.Apply(ticks, off-1); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/tick")
 }

@@ -187,3 +187,26 @@ func decodeOffset(b []byte) (int64, error) {
 	}
 	return off, nil
 }
+
+// versionKeyLen is the length of versionKey(nil, symbol, …).
+func versionKeyLen(symbol string) int {
+	return len(versionPrefix) + len(symbol) + 1 + versionSuffixLen
+}
+
+// versionValueLen is the length of a version value without flagTruncated.
+const versionValueLen = 10
+
+// batchBytes is an upper bound of the size of the Pebble batch Apply builds
+// for ticks: per version a kind byte, two length varints, key and value;
+// then the applied offset and the batch header.
+func batchBytes(ticks []Tick) int {
+	n := 64
+	for i := range ticks {
+		n += 1 + 2*binaryMaxVarintLen16 + versionKeyLen(ticks[i].Symbol) + versionValueLen
+	}
+	return n
+}
+
+// binaryMaxVarintLen16 bounds the varint of a key or value length: keys
+// and values of a version are far below 16 KiB.
+const binaryMaxVarintLen16 = 3

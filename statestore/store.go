@@ -2,11 +2,8 @@ package statestore
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -71,6 +68,7 @@ type Store struct {
 	db      *pebble.DB   // nil once closed
 	applyMu sync.Mutex   // serialises Apply and Prune
 	applied atomic.Int64
+	order   applyOrder // Apply's, under applyMu
 
 	// latest caches the newest version of the symbols looked up, so that
 	// the common lookup (a notification newer than its symbol's latest
@@ -136,27 +134,24 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 		}
 	}
 
-	b := s.db.NewBatch()
+	b := s.db.NewBatchWithSize(batchBytes(ticks))
 	defer b.Close()
-	var key, val []byte
-	// In key order: Pebble's memtable inserts a batch in batch order and
-	// an insert right after the one before is cheaper than a random one
-	// (a restore's ticks come in offset order, the symbols interleaved).
-	sorted := slices.Clone(ticks)
-	slices.SortFunc(sorted, func(x, y Tick) int {
-		if c := strings.Compare(x.Symbol, y.Symbol); c != 0 {
-			return c
+	// Grouped by symbol or in batch order: see applyOrder.
+	grouped := s.order.build(ticks)
+	defer s.order.reset()
+	if grouped {
+		for _, g := range s.order.groups {
+			for i := g.last; i >= 0; i = s.order.prev[i] {
+				if err := setVersion(b, &ticks[i]); err != nil {
+					return fmt.Errorf("statestore: task %d: batch set %q: %w", s.task, ticks[i].Symbol, err)
+				}
+			}
 		}
-		if x.TimestampMs != y.TimestampMs {
-			return cmp.Compare(y.TimestampMs, x.TimestampMs)
-		}
-		return cmp.Compare(y.Offset, x.Offset)
-	})
-	for _, t := range sorted {
-		key = versionKey(key[:0], t.Symbol, t.TimestampMs, t.Offset)
-		val = appendVersionValue(val[:0], t.Price, versionMeta{})
-		if err := b.Set(key, val, nil); err != nil {
-			return fmt.Errorf("statestore: task %d: batch set %q: %w", s.task, t.Symbol, err)
+	} else {
+		for i := range ticks {
+			if err := setVersion(b, &ticks[i]); err != nil {
+				return fmt.Errorf("statestore: task %d: batch set %q: %w", s.task, ticks[i].Symbol, err)
+			}
 		}
 	}
 	if err := b.Set([]byte(offsetKey), appendOffset(nil, offset), nil); err != nil {
@@ -180,6 +175,14 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 	s.cacheMu.Unlock()
 	s.applied.Store(offset)
 	return nil
+}
+
+// setVersion adds t to b as a version, building its key and value in place.
+func setVersion(b *pebble.Batch, t *Tick) error {
+	op := b.SetDeferred(versionKeyLen(t.Symbol), versionValueLen)
+	versionKey(op.Key[:0], t.Symbol, t.TimestampMs, t.Offset)
+	appendVersionValue(op.Value[:0], t.Price, versionMeta{})
+	return op.Finish()
 }
 
 // GetAsOf returns the version of symbol as of tsMs: the one with the

@@ -530,6 +530,13 @@ func TestCodecRoundTrip(t *testing.T) {
 				t.Errorf("version round trip of %+v/%+v = %+v/%+v, %v", tk, meta, got, gotMeta, err)
 			}
 		}
+		// Apply builds keys and values in place, in slots of these sizes.
+		if k := versionKey(nil, tk.Symbol, tk.TimestampMs, tk.Offset); len(k) != versionKeyLen(tk.Symbol) {
+			t.Errorf("versionKeyLen(%q) = %d, the key has %d bytes", tk.Symbol, versionKeyLen(tk.Symbol), len(k))
+		}
+		if v := appendVersionValue(nil, tk.Price, versionMeta{}); len(v) != versionValueLen {
+			t.Errorf("versionValueLen = %d, the value of %+v has %d bytes", versionValueLen, tk, len(v))
+		}
 	}
 	for _, off := range []int64{-1, 0, 1, 1 << 40} {
 		got, err := decodeOffset(appendOffset(nil, off))
