@@ -31,6 +31,15 @@ func BenchmarkDecodeNotification(b *testing.B) {
 			}
 		}
 	})
+	b.Run("shared", func(b *testing.B) {
+		b.SetBytes(int64(len(benchNotification)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeNotificationShared(benchNotification, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("reflection", func(b *testing.B) {
 		b.SetBytes(int64(len(benchNotification)))
 		b.ReportAllocs()
@@ -48,6 +57,15 @@ func BenchmarkDecodeTick(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := DecodeTick(benchTick, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("shared", func(b *testing.B) {
+		b.SetBytes(int64(len(benchTick)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeTickShared(benchTick, 0); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -77,9 +77,9 @@ func TestDecodeNotification(t *testing.T) {
 }
 
 // FuzzDecodeTick and FuzzDecodeNotification: untrusted bytes never panic,
-// every rejection carries a known reason, and the schema scanner agrees
-// with the reflection decoder it replaced (record_ref_test.go): the same
-// value, or the same rejection reason.
+// every rejection carries a known reason, and the schema scanner, copying
+// and shared, agrees with the reflection decoder it replaced
+// (record_ref_test.go): the same value, or the same rejection reason.
 func FuzzDecodeTick(f *testing.F) {
 	for _, s := range append(differentialSeeds, `{"symbol":"BBCA","price":1.5}`, `{"symbol":1}`, `{`, `null`, `{"symbol":"a","price":1e400}`) {
 		f.Add([]byte(s))
@@ -156,6 +156,10 @@ func compareTick(t *testing.T, b []byte, maxBytes int) {
 	if reasonOf(err) != reasonOf(werr) || got.Symbol != want.Symbol || math.Float64bits(got.Price) != math.Float64bits(want.Price) {
 		t.Fatalf("DecodeTick(%q) = %+v, %v; the reflection decoder says %+v, %v", b, got, err, want, werr)
 	}
+	shared, serr := DecodeTickShared(b, maxBytes)
+	if reasonOf(serr) != reasonOf(werr) || shared.Symbol != want.Symbol || math.Float64bits(shared.Price) != math.Float64bits(want.Price) {
+		t.Fatalf("DecodeTickShared(%q) = %+v, %v; the reflection decoder says %+v, %v", b, shared, serr, want, werr)
+	}
 }
 
 func compareNotification(t *testing.T, b []byte, maxBytes int) {
@@ -164,6 +168,10 @@ func compareNotification(t *testing.T, b []byte, maxBytes int) {
 	want, werr := refDecodeNotification(b, maxBytes)
 	if reasonOf(err) != reasonOf(werr) || got != want {
 		t.Fatalf("DecodeNotification(%q) = %+v, %v; the reflection decoder says %+v, %v", b, got, err, want, werr)
+	}
+	shared, serr := DecodeNotificationShared(b, maxBytes)
+	if reasonOf(serr) != reasonOf(werr) || shared != want {
+		t.Fatalf("DecodeNotificationShared(%q) = %+v, %v; the reflection decoder says %+v, %v", b, shared, serr, want, werr)
 	}
 }
 

@@ -2,9 +2,12 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // A hand-written scanner for the two fixed input schemas (Tick,
@@ -28,6 +31,13 @@ import (
 //   - nesting beyond 10,000 levels is invalid_json;
 //   - strings are unescaped as encoding/json does, invalid UTF-8 and lone
 //     surrogates becoming U+FFFD.
+//
+// The common record (plain ASCII strings, keys in their exact case, a
+// price with a few decimals) takes fast paths that give the same result:
+// strings are scanned 8 bytes at a time up to their first byte that needs
+// attention (plainLen), keys are compared exactly before case folding
+// (matchField), and a short decimal is converted exactly without
+// strconv (parseShortDecimal).
 
 // maxNestingDepth is encoding/json's limit on nested arrays and objects.
 const maxNestingDepth = 10000
@@ -48,17 +58,22 @@ type jsonScanner struct {
 	// syntax is the first syntax error, typeErr the first wrong type.
 	syntax  string
 	typeErr error
+	// shared: plain string fields alias b (unsafe.String) instead of
+	// being copied (DecodeNotificationShared, DecodeTickShared).
+	shared bool
 	// str is the whole record as one string, made on the first plain
-	// string field: fields are substrings of it (one allocation per record).
+	// string field when not shared: fields are substrings of it (one
+	// allocation per record).
 	str string
 	// key is scratch space for unescaping keys.
 	key [64]byte
 }
 
 // scanRecord parses value, which must be one JSON object, into fields. It
-// returns nil or a *Error with reason invalid_json or wrong_type.
-func scanRecord(value []byte, fields []jsonField) error {
-	s := jsonScanner{b: value}
+// returns nil or a *Error with reason invalid_json or wrong_type. With
+// shared, the string fields that needed no unescaping alias value.
+func scanRecord(value []byte, fields []jsonField, shared bool) error {
+	s := jsonScanner{b: value, shared: shared}
 	s.ws()
 	switch {
 	case s.i >= len(s.b):
@@ -98,7 +113,7 @@ func (s *jsonScanner) wrongType(field, want, got string) {
 }
 
 func (s *jsonScanner) ws() {
-	for s.i < len(s.b) {
+	for s.i < len(s.b) && s.b[s.i] <= ' ' {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
@@ -191,14 +206,19 @@ func (s *jsonScanner) stringField(f *jsonField) {
 		if !ok {
 			break
 		}
-		if len(v) > 0 && &v[0] == &s.b[start] {
-			// Not unescaped: a substring of the record.
+		switch {
+		case len(v) == 0:
+			f.str = ""
+		case &v[0] != &s.b[start]:
+			f.str = string(v) // unescaped
+		case s.shared:
+			f.str = unsafe.String(&s.b[start], len(v))
+		default:
+			// A substring of the record.
 			if s.str == "" {
 				s.str = string(s.b)
 			}
 			f.str = s.str[start : start+len(v)]
-		} else {
-			f.str = string(v)
 		}
 		f.set = true
 	case 'n':
@@ -219,6 +239,11 @@ func (s *jsonScanner) numberField(f *jsonField) {
 	case c == '-' || ('0' <= c && c <= '9'):
 		start := s.i
 		if !s.number() {
+			return
+		}
+		v, ok := parseShortDecimal(s.b[start:s.i])
+		if ok {
+			f.num, f.set = v, true
 			return
 		}
 		v, err := strconv.ParseFloat(string(s.b[start:s.i]), 64)
@@ -375,6 +400,13 @@ func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
 	b := s.b
 	s.i++ // opening quote
 	start := s.i
+	// The common string: plain bytes up to the closing quote.
+	s.i += plainLen(b[s.i:])
+	if s.i < len(b) && b[s.i] == '"' {
+		s.i++
+		return b[start : s.i-1], true
+	}
+	// Else go on from the first byte that needs attention.
 	plain := true
 	for {
 		if s.i >= len(b) {
@@ -432,6 +464,87 @@ func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
 			s.i += size
 		}
 	}
+}
+
+// SWAR constants: a byte repeated 8 times.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// hasByte has the high bit of a byte set where x has the byte c (given
+// repeated in each byte of c). Above the first such byte a borrow may set
+// more, so only the lowest set bit (or whether any is set) is exact.
+func hasByte(x, c uint64) uint64 {
+	y := x ^ c
+	return (y - ones) &^ y & highs
+}
+
+// hasLess20 is hasByte for the bytes below 0x20.
+func hasLess20(x uint64) uint64 {
+	return (x - 0x20*ones) &^ x & highs
+}
+
+// plainLen is the length of the prefix of b that a JSON string may hold
+// as is: ASCII, not a control character, '"' or '\\'. It reads 8 bytes
+// at a time (the bytes after the string's end are in b as well).
+func plainLen(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := (x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones)) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			break
+		}
+	}
+	return i
+}
+
+// pow10 are the powers of ten that are exact float64s.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+	1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+
+// parseShortDecimal converts a number that number() accepted, when it has
+// no exponent and at most 15 digits, exactly as strconv.ParseFloat does:
+// its digits are an exact float64 (below 2^53), and so is the power of ten
+// it is divided by, and one IEEE division rounds correctly. ok is false
+// for any other number.
+func parseShortDecimal(b []byte) (v float64, ok bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var m uint64
+	digits, decimals := 0, -1
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			m = m*10 + uint64(c-'0')
+			digits++
+			if decimals >= 0 {
+				decimals++
+			}
+		case c == '.':
+			decimals = 0
+		default:
+			return 0, false // an exponent
+		}
+	}
+	if digits > 15 {
+		return 0, false
+	}
+	v = float64(m)
+	if decimals > 0 {
+		v /= pow10[decimals]
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
 }
 
 func isHex(c byte) bool {
