@@ -112,8 +112,15 @@ func (s *jsonScanner) wrongType(field, want, got string) {
 	}
 }
 
+// ws skips whitespace; the common case, none, is inlined.
 func (s *jsonScanner) ws() {
-	for s.i < len(s.b) && s.b[s.i] <= ' ' {
+	if s.i < len(s.b) && s.b[s.i] <= ' ' {
+		s.skipWS()
+	}
+}
+
+func (s *jsonScanner) skipWS() {
+	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
@@ -141,11 +148,14 @@ func (s *jsonScanner) object(fields []jsonField) {
 			s.fail("want a string key")
 			return
 		}
-		key, ok := s.stringToken(true)
+		f, ok := s.exactKey(fields)
 		if !ok {
-			return
+			var key []byte
+			if key, ok = s.stringToken(true); !ok {
+				return
+			}
+			f = matchField(fields, key)
 		}
-		f := matchField(fields, key)
 		s.ws()
 		if s.i >= len(s.b) || s.b[s.i] != ':' {
 			s.fail("want ':' after an object key")
@@ -180,6 +190,23 @@ func (s *jsonScanner) object(fields []jsonField) {
 	}
 }
 
+// exactKey matches the common key, the name of one of fields in its exact
+// case (without escapes), whose '"' is at s.i, and moves past it. ok is
+// false for any other key: stringToken and matchField then take it.
+func (s *jsonScanner) exactKey(fields []jsonField) (f *jsonField, ok bool) {
+	rest := s.b[s.i+1:]
+	for i := range fields {
+		n := len(fields[i].name)
+		if len(rest) > n && rest[n] == '"' && string(rest[:n]) == fields[i].name {
+			s.i += n + 2
+			return &fields[i], true
+		}
+	}
+	return nil, false
+}
+
+// matchField is the field of key: the first whose name is key, else the
+// first whose name is key case-insensitively; nil for an unknown key.
 func matchField(fields []jsonField, key []byte) *jsonField {
 	for i := range fields {
 		if string(key) == fields[i].name {
@@ -398,15 +425,15 @@ func (s *jsonScanner) number() bool {
 // else freshly allocated (or, for a key, in s.key when it fits).
 func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
 	b := s.b
-	s.i++ // opening quote
-	start := s.i
+	start := s.i + 1 // after the opening quote
 	// The common string: plain bytes up to the closing quote.
-	s.i += plainLen(b[s.i:])
-	if s.i < len(b) && b[s.i] == '"' {
-		s.i++
-		return b[start : s.i-1], true
+	end := start + plainLen(b[start:])
+	if end < len(b) && b[end] == '"' {
+		s.i = end + 1
+		return b[start:end], true
 	}
 	// Else go on from the first byte that needs attention.
+	s.i = end
 	plain := true
 	for {
 		if s.i >= len(b) {
