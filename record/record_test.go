@@ -3,6 +3,8 @@ package record
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -135,6 +137,46 @@ func TestDecodersAgree(t *testing.T) {
 			compareTick(t, []byte(s), maxBytes)
 			compareNotification(t, []byte(s), maxBytes)
 		}
+	}
+}
+
+// TestDecodersAgreeEveryPosition: a byte that needs attention in a
+// string (a quote, an escape, a control or non-ASCII byte), at every
+// position around the 8-byte words of plainLen, in a value and in a key,
+// and short decimals around parseShortDecimal's limits, decode as the
+// reflection decoder does.
+func TestDecodersAgreeEveryPosition(t *testing.T) {
+	specials := []string{`"`, `\"`, `\\`, `\n`, `\u0041`, `\u00e9`, "\x00", "\x1f", "\x7f", " ", "~", "é", "\xff", "\xe2\x82", "😀", "/"}
+	for n := range 20 {
+		for p := range n + 1 {
+			for _, sp := range specials {
+				s := strings.Repeat("a", p) + sp + strings.Repeat("b", n-p)
+				compareNotification(t, []byte(`{"id":"`+s+`","symbol":"S","text":"`+s+`"}`), 0)
+				compareNotification(t, []byte(`{"id":"n","symbol":"`+s+`"}`), 0)
+				compareNotification(t, []byte(`{"`+s+`":"x","id":"n","symbol":"S"}`), 0)
+				compareTick(t, []byte(`{"symbol":"`+s+`","price":1}`), 0)
+			}
+		}
+	}
+	for _, sym := range []string{"id", "ids", "i", "symbol", "symbo", "symbols", "Symbol", "price", "pric", "prices"} {
+		compareNotification(t, []byte(`{"`+sym+`":"x","id":"n","symbol":"S"}`), 0)
+		compareTick(t, []byte(`{"symbol":"S","`+sym+`":2,"price":1}`), 0)
+	}
+	nums := []string{"0", "-0", "-0.0", "0.000001", "1e2", "1E-2", "123456789012345", "1234567890123456", "12345678901234567",
+		"0.12345678901234", "0.123456789012345", "0.1234567890123456", "9007199254740993", "999999999999999.9", "-1.5", "8961.72"}
+	r := rand.New(rand.NewPCG(11, 12))
+	for range 20000 {
+		digits := strconv.FormatUint(r.Uint64()>>r.IntN(64), 10)
+		if p := r.IntN(len(digits) + 1); p < len(digits) && p > 0 {
+			digits = digits[:p] + "." + digits[p:]
+		}
+		if r.IntN(2) == 0 {
+			digits = "-" + digits
+		}
+		nums = append(nums, digits)
+	}
+	for _, num := range nums {
+		compareTick(t, []byte(`{"symbol":"S","price":`+num+`}`), 0)
 	}
 }
 
