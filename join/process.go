@@ -137,13 +137,21 @@ type pending struct {
 }
 
 // decode splits records into notifications to join and dead letters.
+//
+// The notifications are decoded without copying (DecodeNotificationShared):
+// their strings alias the fetched values, which package fetch copies out
+// of kafka-go's buffers into slabs that it never reuses or writes again,
+// so they stay valid and unchanged for as long as they are referenced.
+// The strings live in the pending notifications and their alerts until
+// the chunk is written; a symbol given to a store is interned first
+// (stateTask.getAsOf), so that no long-lived cache pins a slab.
 func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadLetter) {
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
 	good = make([]pending, 0, len(recs))
 	for _, rec := range recs {
-		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
+		n, err := record.DecodeNotificationShared(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue

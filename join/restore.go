@@ -55,6 +55,8 @@ type stateTask struct {
 	// returns statestore.ErrClosed (errTaskStopped here) and
 	// AppliedOffset keeps its last value for the final commit.
 	store *statestore.Store
+	// symbols are the symbols given to store, which may keep them.
+	symbols symbolTable
 
 	// prunedCut is the cut of the last successful prune; owned by run.
 	prunedCut int64
@@ -185,7 +187,7 @@ func taskStoppedErr(err error) error {
 
 // getAsOf reads the version of symbol's price as of tsMs from the store.
 func (s *stateTask) getAsOf(symbol string, tsMs int64) (statestore.Tick, statestore.Match, error) {
-	tick, match, err := s.store.GetAsOf(symbol, tsMs)
+	tick, match, err := s.store.GetAsOf(s.symbols.intern(symbol), tsMs)
 	return tick, match, taskStoppedErr(err)
 }
 
@@ -551,20 +553,22 @@ func (s *stateTask) applyRetrying(ctx context.Context, recs []fetchedRecord, dlq
 }
 
 // decodeTicks decodes the ticks of recs; the malformed ones at or after
-// dlqFrom become dead letters.
+// dlqFrom become dead letters. The fetched values are never written again
+// (see processTask.decode), so they are decoded without copying; the
+// symbols, which the store may keep, are interned.
 func (s *stateTask) decodeTicks(recs []fetchedRecord, dlqFrom int64) ([]statestore.Tick, []deadLetter) {
 	w := s.w
 	ticks := make([]statestore.Tick, 0, len(recs))
 	var dead []deadLetter
 	for _, rec := range recs {
-		t, err := record.DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
+		t, err := record.DecodeTickShared(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			if rec.Offset >= dlqFrom {
 				dead = append(dead, newDeadLetter(w.cfg.Topics.Market, s.p, rec, err))
 			}
 			continue
 		}
-		ticks = append(ticks, statestore.Tick{Symbol: t.Symbol, Price: t.Price, TimestampMs: rec.Time.UnixMilli(), Offset: rec.Offset})
+		ticks = append(ticks, statestore.Tick{Symbol: s.symbols.intern(t.Symbol), Price: t.Price, TimestampMs: rec.Time.UnixMilli(), Offset: rec.Offset})
 	}
 	return ticks, dead
 }
