@@ -178,13 +178,20 @@ func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, st *stateTask
 }
 
 // setPrice fills the join result of a: found is the result of a price
-// as of the notification (local or remote).
+// as of the notification (local or remote). The price goes where a.Price
+// points when it is set (joinAll gives every alert of a chunk its slot in
+// one slice: one allocation per chunk, not one per alert).
 func setPrice(a *record.Alert, m statestore.Match, found record.Result, price float64, tsMs int64) {
+	if m == statestore.Late {
+		found = record.ResultLate
+	}
 	switch m {
-	case statestore.AsOf:
-		a.Result, a.Price, a.PriceTsMs = found, &price, tsMs
-	case statestore.Late:
-		a.Result, a.Price, a.PriceTsMs = record.ResultLate, &price, tsMs
+	case statestore.AsOf, statestore.Late:
+		if a.Price == nil {
+			a.Price = new(float64)
+		}
+		*a.Price = price
+		a.Result, a.PriceTsMs = found, tsMs
 	default:
 		a.Result, a.Price, a.PriceTsMs = record.ResultMiss, nil, 0
 	}

@@ -195,6 +195,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 		}
 	}
 	alerts := make([]record.Alert, len(good))
+	prices := make([]float64, len(good)) // the alerts' price slots (setPrice)
 	sem := make(chan struct{}, remoteConcurrency)
 	var (
 		wg      sync.WaitGroup
@@ -205,7 +206,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 	// The state tasks of the chunk's symbols, looked up once per chunk.
 	states := map[int]*stateTask{}
 	for i, g := range good {
-		alerts[i] = record.Alert{Notification: g.n, NotificationTsMs: g.ts, Worker: w.cfg.InstanceID}
+		alerts[i] = record.Alert{Notification: g.n, NotificationTsMs: g.ts, Price: &prices[i], Worker: w.cfg.InstanceID}
 		a := &alerts[i]
 		st, ok := states[g.task]
 		if !ok {
