@@ -178,13 +178,18 @@ func htmlSafeLen(s string) int {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
-	for ; i < len(s); i++ {
-		if b := s[i]; b < 0x20 || b >= utf8.RuneSelf || b == '"' || b == '\\' || b == '<' || b == '>' || b == '&' {
-			break
-		}
+	for ; i < len(b) && htmlSafe[b[i]]; i++ {
 	}
 	return i
 }
+
+// htmlSafe says which bytes appendJSONString copies as is (htmlSafeLen).
+var htmlSafe = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // appendJSONString quotes s as encoding/json does with HTML escaping (its
 // default): <, > and & as \u003c, \u003e, \u0026; U+2028 and U+2029
