@@ -145,7 +145,8 @@ func (w *Processor) lookup(ctx context.Context, a *record.Alert, q int, symbol s
 // looked up.
 func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, st *stateTask, q int, symbol string, tsMs int64) error {
 	if st != nil {
-		tick, match, err := st.getAsOf(symbol, tsMs)
+		// symbol may alias a fetched record (processTask.decode).
+		tick, match, err := st.getAsOf(st.symbols.intern(symbol), tsMs)
 		switch {
 		case err == nil:
 			setPrice(a, match, record.ResultLocal, tick.Price, tick.TimestampMs)

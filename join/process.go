@@ -144,7 +144,7 @@ type pending struct {
 // so they stay valid and unchanged for as long as they are referenced.
 // The strings live in the pending notifications and their alerts until
 // the chunk is written; a symbol given to a store is interned first
-// (stateTask.getAsOf), so that no long-lived cache pins a slab.
+// (lookupIn), so that no long-lived cache pins a slab.
 func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadLetter) {
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))

@@ -55,7 +55,8 @@ type stateTask struct {
 	// returns statestore.ErrClosed (errTaskStopped here) and
 	// AppliedOffset keeps its last value for the final commit.
 	store *statestore.Store
-	// symbols are the symbols given to store, which may keep them.
+	// symbols interns the decoded symbols given to store, which may keep
+	// them: the ticks' and the joined notifications'.
 	symbols symbolTable
 
 	// prunedCut is the cut of the last successful prune; owned by run.
@@ -187,7 +188,7 @@ func taskStoppedErr(err error) error {
 
 // getAsOf reads the version of symbol's price as of tsMs from the store.
 func (s *stateTask) getAsOf(symbol string, tsMs int64) (statestore.Tick, statestore.Match, error) {
-	tick, match, err := s.store.GetAsOf(s.symbols.intern(symbol), tsMs)
+	tick, match, err := s.store.GetAsOf(symbol, tsMs)
 	return tick, match, taskStoppedErr(err)
 }
 

@@ -196,8 +196,9 @@ func (s *jsonScanner) object(fields []jsonField) {
 func (s *jsonScanner) exactKey(fields []jsonField) (f *jsonField, ok bool) {
 	rest := s.b[s.i+1:]
 	for i := range fields {
-		n := len(fields[i].name)
-		if len(rest) > n && rest[n] == '"' && string(rest[:n]) == fields[i].name {
+		name := fields[i].name
+		n := len(name)
+		if len(rest) > n && rest[n] == '"' && rest[0] == name[0] && string(rest[:n]) == name {
 			s.i += n + 2
 			return &fields[i], true
 		}
