@@ -183,11 +183,11 @@ func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, st *stateTask
 // points when it is set (joinAll gives every alert of a chunk its slot in
 // one slice: one allocation per chunk, not one per alert).
 func setPrice(a *record.Alert, m statestore.Match, found record.Result, price float64, tsMs int64) {
-	if m == statestore.Late {
-		found = record.ResultLate
-	}
 	switch m {
 	case statestore.AsOf, statestore.Late:
+		if m == statestore.Late {
+			found = record.ResultLate
+		}
 		if a.Price == nil {
 			a.Price = new(float64)
 		}
