@@ -54,3 +54,18 @@ func TestDecodeTicksDoesNotAliasTheRecords(t *testing.T) {
 		t.Errorf("symbols changed with the records' bytes: %q, %q", ticks[0].Symbol, ticks[1].Symbol)
 	}
 }
+
+func BenchmarkSymbolTableIntern(b *testing.B) {
+	var tab symbolTable
+	syms := make([]string, 1000)
+	for i := range syms {
+		syms[i] = "SYM" + strconv.Itoa(1000+i)
+		tab.intern(syms[i])
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tab.intern(syms[i%len(syms)])
+		i++
+	}
+}
