@@ -129,6 +129,16 @@ var differentialSeeds = []string{
 	`{"a":` + strings.Repeat(`{"b":`, 9999) + `1` + strings.Repeat("}", 9999) + `,"id":"n","symbol":"S"}`,
 	`{"a":` + strings.Repeat(`{"b":`, 10000) + `1` + strings.Repeat("}", 10000) + `,"id":"n","symbol":"S"}`,
 	strings.Repeat("[", 10001),
+	// The fast path's record, then what makes it fall back part way.
+	`{"id":"n","user":"u","symbol":"S","text":"t"}`, `{"id":"n","symbol":"S"}x`, `{"id":"n","symbol":"S"}}`, `{"id":"n","symbol":"S"}]`,
+	`{"id":"n","symbol":"S"`, `{"id":"n","symbol":"S",`, `{"id":"n","symbol":"S",}`, `{"id":"n","symbol":"S" }`, `{"id":"n","symbol":"S","user":1}`,
+	`{"id":"n","symbol":"S","user":null}`, `{"id":"x","ID":null,"symbol":"S"}`, `{"id":"n","symbol":"S","x":"y"}`, `{"id":"n","symbol":"S\u0041"}`,
+	`{"id":"n","symbol":"S"x`, `{"id":"n","symbol":"S":`, `{"id":"n","symbol""S"}`, `{"id":"n","symbol"`, `{"id":"n","symbol":`,
+	`{"symbol":"S","price":1}x`, `{"symbol":"S","price":1.5,"price":"x"}`, `{"symbol":"S","price":01}`, `{"symbol":"S","price":-}`,
+	`{"symbol":"S","price":1.}`, `{"symbol":"S","price":1e5}`, `{"symbol":"S","price":-0.0}`, `{"symbol":"S","price":12345678901234567}`,
+	`{"symbol":"S","price":1,"price":null}`, `{"symbol":"S","price":1 }`, `{"symbol":"S","price":1`, `{"symbol":"S","price":true}`,
+	`{"id"x"n","symbol":"S"}`, `{"symbol":"S","price"x1}`, `{"id":"a\,"symbol":"S"}`, "{\"id\":\"a\x01,\"symbol\":\"S\"}",
+	"{\"id\":\"n\",\"symbol\":\"S\x7f}", "{\"id\":\"n\",\"symbol\":\"S\xff}", "{\"symbol\":\"S\x00,\"price\":1}",
 }
 
 func TestDecodersAgree(t *testing.T) {

@@ -32,12 +32,13 @@ import (
 //   - strings are unescaped as encoding/json does, invalid UTF-8 and lone
 //     surrogates becoming U+FFFD.
 //
-// The common record (plain ASCII strings, keys in their exact case, a
-// price with a few decimals) takes fast paths that give the same result:
-// strings are scanned 8 bytes at a time up to their first byte that needs
-// attention (plainLen), keys are compared exactly before case folding
-// (matchField), and a short decimal is converted exactly without
-// strconv (parseShortDecimal).
+// The common record (no whitespace, keys in their exact case, plain
+// ASCII strings, a price with a few decimals) is scanned by one fast path,
+// fastObject, that falls back to the general scanner, from the start, at
+// anything else; both read strings 8 bytes at a time up to their first
+// byte that needs attention (plainLen), compare keys exactly before case
+// folding (exactKey), and convert a short decimal exactly without strconv
+// (parseShortDecimal).
 
 // maxNestingDepth is encoding/json's limit on nested arrays and objects.
 const maxNestingDepth = 10000
@@ -79,7 +80,14 @@ func scanRecord(value []byte, fields []jsonField, shared bool) error {
 	case s.i >= len(s.b):
 		return reject(ReasonInvalidJSON, "empty record: want a JSON object")
 	case s.b[s.i] == '{':
-		s.object(fields)
+		if start := s.i; !s.fastObject(fields) {
+			// Start again on the general path, from scratch.
+			s.i, s.depth, s.syntax, s.typeErr = start, 0, "", nil
+			for i := range fields {
+				fields[i].str, fields[i].num, fields[i].set = "", 0, false
+			}
+			s.object(fields)
+		}
 	case s.b[s.i] == 'n':
 		s.literal("null")
 	default:
@@ -126,6 +134,62 @@ func (s *jsonScanner) skipWS() {
 			s.i++
 		default:
 			return
+		}
+	}
+}
+
+// fastObject scans the common record, an object whose '{' is at s.i, in
+// one pass: no whitespace, every key the name of one of fields in its
+// exact case, every value a plain string (see plainLen) or, for a number
+// field, a short decimal (see parseShortDecimal). It returns false at
+// anything else, leaving s and fields for scanRecord to reset.
+func (s *jsonScanner) fastObject(fields []jsonField) bool {
+	b := s.b
+	s.i++ // '{'
+	for {
+		if s.i >= len(b) || b[s.i] != '"' {
+			return false
+		}
+		f, ok := s.exactKey(fields)
+		if !ok || s.i >= len(b) || b[s.i] != ':' {
+			return false
+		}
+		s.i++
+		if s.i >= len(b) {
+			return false
+		}
+		if f.isNum {
+			start := s.i
+			if c := b[s.i]; !(c == '-' || '0' <= c && c <= '9') || !s.number() {
+				return false
+			}
+			if f.num, ok = parseShortDecimal(b[start:s.i]); !ok {
+				return false
+			}
+		} else {
+			if b[s.i] != '"' {
+				return false
+			}
+			start := s.i + 1
+			end := start + plainLen(b[start:])
+			if end >= len(b) || b[end] != '"' {
+				return false
+			}
+			s.setString(f, start, end)
+			s.i = end + 1
+		}
+		f.set = true
+		if s.i >= len(b) {
+			return false
+		}
+		switch b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return true
+		default:
+			return false
 		}
 	}
 }
@@ -234,19 +298,10 @@ func (s *jsonScanner) stringField(f *jsonField) {
 		if !ok {
 			break
 		}
-		switch {
-		case len(v) == 0:
-			f.str = ""
-		case &v[0] != &s.b[start]:
+		if len(v) > 0 && &v[0] != &s.b[start] {
 			f.str = string(v) // unescaped
-		case s.shared:
-			f.str = unsafe.String(&s.b[start], len(v))
-		default:
-			// A substring of the record.
-			if s.str == "" {
-				s.str = string(s.b)
-			}
-			f.str = s.str[start : start+len(v)]
+		} else {
+			s.setString(f, start, start+len(v))
 		}
 		f.set = true
 	case 'n':
@@ -255,6 +310,23 @@ func (s *jsonScanner) stringField(f *jsonField) {
 		}
 	default:
 		s.wrongType(f.name, "string", s.skipValue())
+	}
+}
+
+// setString sets f to the string s.b[start:end], which needed no
+// unescaping: an alias of the record when shared, else a substring of
+// its one copy.
+func (s *jsonScanner) setString(f *jsonField, start, end int) {
+	switch {
+	case start == end:
+		f.str = ""
+	case s.shared:
+		f.str = unsafe.String(&s.b[start], end-start)
+	default:
+		if s.str == "" {
+			s.str = string(s.b)
+		}
+		f.str = s.str[start:end]
 	}
 }
 
