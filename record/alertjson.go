@@ -124,7 +124,7 @@ func appendShortDecimal(dst []byte, f float64) (_ []byte, ok bool) {
 		if m >= 1e15 { // also catches +Inf; NaN fails the next test
 			return dst, false
 		}
-		if m == math.Trunc(m) && m/pow10[k] == a {
+		if m == float64(int64(m)) && m/pow10[k] == a { // m < 10^15: int64 is exact
 			break
 		}
 	}
