@@ -604,9 +604,8 @@ func plainLen(b []byte) int {
 	return i
 }
 
-// pow10 are the powers of ten that are exact float64s.
-var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-	1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+// pow10 are the powers of ten of short decimals, all exact float64s.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 
 // parseShortDecimal converts a number that number() accepted, when it has
 // no exponent and at most 15 digits, exactly as strconv.ParseFloat does:
