@@ -129,11 +129,11 @@ func maxTs(recs []fetchedRecord) int64 {
 	return ts
 }
 
-// pending is a decoded notification waiting for its price.
+// pending is a chunk's decoded notifications, already the alerts they
+// become (joinAll fills in the prices), with the task of each one's symbol.
 type pending struct {
-	n    record.Notification
-	task int // the symbol's task
-	ts   int64
+	alerts []record.Alert
+	tasks  []int
 }
 
 // decode splits records into notifications to join and dead letters.
@@ -142,21 +142,24 @@ type pending struct {
 // their strings alias the fetched values, which package fetch copies out
 // of kafka-go's buffers into slabs that it never reuses or writes again,
 // so they stay valid and unchanged for as long as they are referenced.
-// The strings live in the pending notifications and their alerts until
-// the chunk is written; a symbol given to a store is interned first
-// (lookupIn), so that no long-lived cache pins a slab.
-func (t *processTask) decode(recs []fetchedRecord) (good []pending, dead []deadLetter) {
+// The strings live in the alerts until the chunk is written; a symbol
+// given to a store is interned first (lookupIn), so that no long-lived
+// cache pins a slab.
+func (t *processTask) decode(recs []fetchedRecord) (good pending, dead []deadLetter) {
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
-	good = make([]pending, 0, len(recs))
+	good = pending{alerts: make([]record.Alert, 0, len(recs)), tasks: make([]int, 0, len(recs))}
+	prices := make([]float64, len(recs)) // the alerts' price slots (setPrice)
 	for _, rec := range recs {
 		n, err := record.DecodeNotificationShared(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue
 		}
-		good = append(good, pending{n, murmur2.Partition([]byte(n.Symbol), parts), rec.Time.UnixMilli()})
+		price := &prices[len(good.alerts)]
+		good.alerts = append(good.alerts, record.Alert{Notification: n, NotificationTsMs: rec.Time.UnixMilli(), Price: price, Worker: w.cfg.InstanceID})
+		good.tasks = append(good.tasks, murmur2.Partition([]byte(n.Symbol), parts))
 	}
 	return good, dead
 }
@@ -179,12 +182,12 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 // store when it runs merged is already there. Remote lookups are HTTP
 // calls, made concurrently (bounded) so that a batch costs about one round
 // trip; the owner does the same wait.
-func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Alert, error) {
+func (t *processTask) joinAll(ctx context.Context, good pending) ([]record.Alert, error) {
 	w := t.w
 	newest := map[int]int64{}
-	for _, g := range good {
-		if t.st == nil || g.task != t.p {
-			newest[g.task] = max(newest[g.task], g.ts)
+	for i, q := range good.tasks {
+		if t.st == nil || q != t.p {
+			newest[q] = max(newest[q], good.alerts[i].NotificationTsMs)
 		}
 	}
 	for q, ts := range newest {
@@ -194,8 +197,6 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 			}
 		}
 	}
-	alerts := make([]record.Alert, len(good))
-	prices := make([]float64, len(good)) // the alerts' price slots (setPrice)
 	sem := make(chan struct{}, remoteConcurrency)
 	var (
 		wg      sync.WaitGroup
@@ -205,16 +206,15 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 	fail := func(err error) { errOnce.Do(func() { failed = err }) }
 	// The state tasks of the chunk's symbols, looked up once per chunk.
 	states := map[int]*stateTask{}
-	for i, g := range good {
-		alerts[i] = record.Alert{Notification: g.n, NotificationTsMs: g.ts, Price: &prices[i], Worker: w.cfg.InstanceID}
-		a := &alerts[i]
-		st, ok := states[g.task]
+	for i, q := range good.tasks {
+		a := &good.alerts[i]
+		st, ok := states[q]
 		if !ok {
-			st = w.stateTask(g.task)
-			states[g.task] = st
+			st = w.stateTask(q)
+			states[q] = st
 		}
 		if st != nil {
-			if err := w.lookupIn(ctx, a, st, g.task, g.n.Symbol, g.ts); err != nil {
+			if err := w.lookupIn(ctx, a, st, q, a.Symbol, a.NotificationTsMs); err != nil {
 				fail(err)
 			}
 			continue
@@ -223,7 +223,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := w.lookup(ctx, a, g.task, g.n.Symbol, g.ts); err != nil {
+			if err := w.lookup(ctx, a, q, a.Symbol, a.NotificationTsMs); err != nil {
 				fail(err)
 			}
 		}()
@@ -232,7 +232,7 @@ func (t *processTask) joinAll(ctx context.Context, good []pending) ([]record.Ale
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return alerts, failed
+	return good.alerts, failed
 }
 
 // remoteConcurrency bounds the remote lookups in flight per task.
