@@ -134,7 +134,7 @@ func decodeTick(value []byte, maxBytes int, shared bool) (Tick, error) {
 	if err := checkSize(value, maxBytes); err != nil {
 		return Tick{}, err
 	}
-	f := [2]jsonField{{name: "symbol"}, {name: "price", isNum: true}}
+	f := tickFields
 	if err := scanRecord(value, f[:], shared); err != nil {
 		return Tick{}, err
 	}
@@ -177,7 +177,7 @@ func decodeNotification(value []byte, maxBytes int, shared bool) (Notification, 
 	if err := checkSize(value, maxBytes); err != nil {
 		return Notification{}, err
 	}
-	f := [4]jsonField{{name: "id"}, {name: "user"}, {name: "symbol"}, {name: "text"}}
+	f := notificationFields
 	if err := scanRecord(value, f[:], shared); err != nil {
 		return Notification{}, err
 	}
@@ -193,6 +193,12 @@ func decodeNotification(value []byte, maxBytes int, shared bool) (Notification, 
 	}
 	return Notification{ID: id.str, User: user.str, Symbol: symbol.str, Text: text.str}, nil
 }
+
+// The schemas of ticks and notifications, copied by each decoding.
+var (
+	tickFields         = [2]jsonField{newField("symbol", false), newField("price", true)}
+	notificationFields = [4]jsonField{newField("id", false), newField("user", false), newField("symbol", false), newField("text", false)}
+)
 
 func checkSize(value []byte, maxBytes int) error {
 	if maxBytes <= 0 {

@@ -45,11 +45,27 @@ const maxNestingDepth = 10000
 
 // jsonField is one field of a fixed schema while it is scanned.
 type jsonField struct {
-	name  string // JSON key
-	str   string // the value of a string field
-	num   float64
-	isNum bool // a number field (price), else a string field
-	set   bool // present and not null
+	name string // JSON key
+	// key is name and its closing '"' as a little-endian word, keyMask
+	// the bytes of it that count (0 for a name of 8 bytes or more):
+	// exactKey compares them with the 8 bytes after a key's opening '"'.
+	key, keyMask uint64
+	str          string // the value of a string field
+	num          float64
+	isNum        bool // a number field (price), else a string field
+	set          bool // present and not null
+}
+
+// newField is the field of a schema named name.
+func newField(name string, isNum bool) jsonField {
+	f := jsonField{name: name, isNum: isNum}
+	if n := len(name); n < 8 {
+		var w [8]byte
+		copy(w[:], name)
+		w[n] = '"'
+		f.key, f.keyMask = binary.LittleEndian.Uint64(w[:]), ^uint64(0)>>(64-8*(n+1))
+	}
+	return f
 }
 
 type jsonScanner struct {
@@ -259,12 +275,21 @@ func (s *jsonScanner) object(fields []jsonField) {
 // false for any other key: stringToken and matchField then take it.
 func (s *jsonScanner) exactKey(fields []jsonField) (f *jsonField, ok bool) {
 	rest := s.b[s.i+1:]
+	var next uint64 // the 8 bytes after the '"', when there are 8
+	if len(rest) >= 8 {
+		next = binary.LittleEndian.Uint64(rest)
+	}
 	for i := range fields {
-		name := fields[i].name
-		n := len(name)
-		if len(rest) > n && rest[n] == '"' && rest[0] == name[0] && string(rest[:n]) == name {
+		f := &fields[i]
+		n := len(f.name)
+		if len(rest) >= 8 && f.keyMask != 0 {
+			ok = next&f.keyMask == f.key
+		} else {
+			ok = len(rest) > n && rest[n] == '"' && string(rest[:n]) == f.name
+		}
+		if ok {
 			s.i += n + 2
-			return &fields[i], true
+			return f, true
 		}
 	}
 	return nil, false
