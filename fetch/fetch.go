@@ -76,7 +76,10 @@ const (
 // order, and returns it. Keys and values are copied into shared buffers
 // (one allocation per buffer instead of two per record, the buffers
 // growing from firstSlabBytes to slabBytes); each is capped, so appending
-// to one never overwrites another. A null key or value
+// to one never overwrites another. A slab is never reused or written
+// again once its records are read (each call carves fresh ones), so the
+// bytes of a returned record never change: join decodes them without
+// copying (record.DecodeNotificationShared). A null key or value
 // stays nil; an empty one is empty and non-nil. On a malformed record it
 // returns the records before it and an error naming its offset.
 func Records(rs kafka.RecordReader, from int64, out []Record) ([]Record, error) {

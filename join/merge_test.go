@@ -18,7 +18,7 @@ import (
 // newTestWorker builds a worker on an embedded broker with one partition
 // per topic, holding task 0's state (restored, empty) and processing its
 // notifications merged.
-func newTestWorker(t *testing.T) (*Processor, *processTask, *kafka.Client) {
+func newTestWorker(t testing.TB) (*Processor, *processTask, *kafka.Client) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "market", "notifications", "alerts", "joiner-dead-letters"))
 	if err != nil {

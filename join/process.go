@@ -163,7 +163,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		price  float64
 	)
 	for _, rec := range recs {
-		n, err := record.DecodeNotification(rec.Value, w.cfg.MaxRecordBytes)
+		// The fetched value is never written again (package fetch carves
+		// it from a buffer of its own), so the notification's strings
+		// may alias it; the alert holds them until it is encoded.
+		n, err := record.DecodeNotificationShared(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue

@@ -581,7 +581,9 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 		rec := &recs[i]
 		ts := rec.Time.UnixMilli()
 		d.maxTs = max(d.maxTs, ts)
-		t, err := record.DecodeTick(rec.Value, w.cfg.MaxRecordBytes)
+		// The fetched value is never written again (package fetch), so
+		// the tick's symbol may alias it: the store copies what it keeps.
+		t, err := record.DecodeTickShared(rec.Value, w.cfg.MaxRecordBytes)
 		if err != nil {
 			if rec.Offset >= dlqFrom {
 				d.dead = append(d.dead, newDeadLetter(w.cfg.Topics.Market, s.p, *rec, err))

@@ -1,9 +1,12 @@
 package record
 
 import (
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -74,6 +77,9 @@ func appendNotificationFields(dst []byte, n *Notification) []byte {
 // appendJSONFloat formats f as encoding/json does for a float64 (ES6
 // number formatting).
 func appendJSONFloat(dst []byte, f float64) []byte {
+	if d, ok := appendShortDecimal(dst, f); ok {
+		return d
+	}
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(dst, "null"...)
 	}
@@ -94,15 +100,111 @@ func appendJSONFloat(dst []byte, f float64) []byte {
 	return dst
 }
 
+// maxShortDecimals bounds the decimals appendShortDecimal tries; 1e-6,
+// the smallest it can write, is still in encoding/json's 'f' range.
+const maxShortDecimals = 6
+
+// appendShortDecimal is appendJSONFloat's fast path for the common price:
+// |f| is the float64 nearest a decimal M/10^k, with an integer M < 10^15
+// and k ≤ maxShortDecimals (M not a multiple of 10 unless k is 0). That
+// decimal is what strconv's shortest formatting writes: it parses back to
+// f (M and 10^k are exact float64s and one division rounds correctly, as
+// the check m/10^k == |f| does), and no other decimal of as few digits
+// does (it would differ by at least 10^-k, more than the rounding interval
+// of f, which is below f·2^-52 = M·2^-52·10^-k < 10^-k). ok is false for
+// any other f.
+func appendShortDecimal(dst []byte, f float64) (_ []byte, ok bool) {
+	a := math.Abs(f)
+	k := 0
+	for ; ; k++ {
+		if k > maxShortDecimals {
+			return dst, false
+		}
+		m := a * pow10[k]
+		if m >= 1e15 { // also catches +Inf; NaN fails the next test
+			return dst, false
+		}
+		if m == float64(int64(m)) && m/pow10[k] == a { // m < 10^15: int64 is exact
+			break
+		}
+	}
+	u := uint64(a * pow10[k])
+	for k > 0 && u%10 == 0 {
+		// a·10^k may round to an integer for a k above the smallest
+		// (8961.72·100 is not one, ·1000 is): the decimal is the same
+		// without its trailing zeros.
+		u /= 10
+		k--
+	}
+	var buf [24]byte // sign, 15 digits, point, up to 6 leading zeros
+	i := len(buf)
+	for range k {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+	}
+	if k > 0 {
+		i--
+		buf[i] = '.'
+	}
+	for {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+		if u == 0 {
+			break
+		}
+	}
+	if math.Signbit(f) {
+		i--
+		buf[i] = '-'
+	}
+	return append(dst, buf[i:]...), true
+}
+
 const hexDigits = "0123456789abcdef"
+
+// htmlSafeLen is the length of the prefix of s that appendJSONString
+// copies as is: ASCII, not a control character, '"', '\\', '<', '>' or
+// '&'. It reads 8 bytes at a time (see hasByte).
+func htmlSafeLen(s string) int {
+	b := unsafe.Slice(unsafe.StringData(s), len(s)) // only read
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		special := x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones) |
+			hasByte(x, '<'*ones) | hasByte(x, '>'*ones) | hasByte(x, '&'*ones)
+		if m := special & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b) && htmlSafe[b[i]]; i++ {
+	}
+	return i
+}
+
+// htmlSafe says which bytes appendJSONString copies as is (htmlSafeLen).
+var htmlSafe = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // appendJSONString quotes s as encoding/json does with HTML escaping (its
 // default): <, > and & as \u003c, \u003e, \u0026; U+2028 and U+2029
 // escaped; invalid UTF-8 as \ufffd.
 func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
+	// The common string needs no escaping; else the loop goes on from
+	// the first byte that may.
+	i := htmlSafeLen(s)
+	if i == len(s) {
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		if b := s[i]; b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
 				i++

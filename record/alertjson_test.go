@@ -230,3 +230,71 @@ func TestAppendAlertMessagesToReusesTheBuffer(t *testing.T) {
 		t.Errorf("%v allocations per batch with a reused buffer and slice; want 0", n)
 	}
 }
+
+// TestAppendJSONFloatMatchesMarshal: the float formatter, its fast path
+// for short decimals included, writes what json.Marshal writes for
+// decimals of every length around the fast path's limits, exponents, both
+// zeros, and tiny, huge and arbitrary values.
+func TestAppendJSONFloatMatchesMarshal(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	fs := []float64{0, math.Copysign(0, -1), 1, -1, 0.1, 0.2, 0.1 + 0.2, 1e-6, 1e-7, 9.99999e-7, 0.000001, 0.0000015,
+		1e15, 1e15 - 1, 1e15 + 1, 999999999999999.9, 99999999999999.99, 1e21, 1e21 - 65536, 1e20, 1e22, 123456789012345678,
+		math.MaxFloat64, -math.MaxFloat64, math.SmallestNonzeroFloat64, 2.2250738585072014e-308, 1 << 53, 1<<53 + 2,
+		8961.72, 4444.77, 9125.5, 0.5, 1.005, 2.675, 5e-324, 4.35, 0.3, 1.1, 100.000001, 1234567.891011}
+	for range 30000 {
+		m := r.Int64N(int64(math.Pow10(1 + r.IntN(17))))
+		f := float64(m) / math.Pow10(r.IntN(10))
+		if r.IntN(2) == 0 {
+			f = -f
+		}
+		fs = append(fs, f, math.Nextafter(f, math.Inf(1)), math.Nextafter(f, math.Inf(-1)))
+	}
+	for range 20000 {
+		fs = append(fs, randomFloat(r), math.Float64frombits(r.Uint64()))
+	}
+	for _, f := range fs {
+		checkJSONFloat(t, f)
+	}
+}
+
+func checkJSONFloat(t *testing.T, f float64) {
+	t.Helper()
+	want, err := json.Marshal(f)
+	if err != nil {
+		return // NaN and infinities: json.Marshal refuses them
+	}
+	if got := appendJSONFloat([]byte("x"), f); string(got) != "x"+string(want) {
+		t.Fatalf("appendJSONFloat(%v) = %s, json.Marshal writes %s", f, got[1:], want)
+	}
+}
+
+// FuzzAppendJSONFloat compares the float formatter with json.Marshal on
+// arbitrary float64s, as bits (every value reachable) and as a decimal
+// with few digits (the fast path's case).
+func FuzzAppendJSONFloat(f *testing.F) {
+	f.Add(uint64(0), int64(91255), uint8(1))
+	f.Add(math.Float64bits(math.Copysign(0, -1)), int64(-896172), uint8(2))
+	f.Add(math.Float64bits(1e21), int64(999999999999999), uint8(6))
+	f.Fuzz(func(t *testing.T, fbits uint64, m int64, k uint8) {
+		checkJSONFloat(t, math.Float64frombits(fbits))
+		checkJSONFloat(t, float64(m)/math.Pow10(int(k%24)))
+	})
+}
+
+// TestAppendJSONStringEveryPosition: a byte that needs escaping, or a
+// multi-byte character, at every position of strings around the 8-byte
+// words of htmlSafeLen, is escaped as json.Marshal does.
+func TestAppendJSONStringEveryPosition(t *testing.T) {
+	specials := []string{"\"", "\\", "<", ">", "&", "\x00", "\x1f", "\n", "\x7f", " ", "~", "é", "\xff", "\u2028", "😀"}
+	for n := range 20 {
+		for p := range n + 1 {
+			for _, sp := range specials {
+				s := strings.Repeat("a", p) + sp + strings.Repeat("b", n-p)
+				want, _ := json.Marshal(s)
+				if got := appendJSONString(nil, s); !bytes.Equal(got, want) {
+					t.Fatalf("appendJSONString(%q) = %s, json.Marshal writes %s", s, got, want)
+				}
+			}
+		}
+	}
+}

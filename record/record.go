@@ -115,13 +115,27 @@ func reject(reason, format string, args ...any) error {
 
 // DecodeTick parses and validates a market record value. It never panics;
 // every rejection is a *Error. It uses the schema scanner of scan.go,
-// not reflection.
+// not reflection. The result does not refer to value.
 func DecodeTick(value []byte, maxBytes int) (Tick, error) {
+	return decodeTick(value, maxBytes, false)
+}
+
+// DecodeTickShared is DecodeTick without copying: the Symbol of the result
+// aliases value's bytes unless it had escapes, so value must not be
+// modified while the result (or the Symbol taken from it) is in use, and
+// the Symbol keeps value's whole backing array alive. Use it only on bytes
+// that are never written again, and copy the Symbol (strings.Clone)
+// before keeping it for long (a map key, a cache).
+func DecodeTickShared(value []byte, maxBytes int) (Tick, error) {
+	return decodeTick(value, maxBytes, true)
+}
+
+func decodeTick(value []byte, maxBytes int, shared bool) (Tick, error) {
 	if err := checkSize(value, maxBytes); err != nil {
 		return Tick{}, err
 	}
-	f := [2]jsonField{{name: "symbol"}, {name: "price", isNum: true}}
-	if err := scanRecord(value, f[:]); err != nil {
+	f := tickFields
+	if err := scanRecord(value, f[:], shared); err != nil {
 		return Tick{}, err
 	}
 	symbol, price := &f[0], &f[1]
@@ -142,13 +156,29 @@ func DecodeTick(value []byte, maxBytes int) (Tick, error) {
 
 // DecodeNotification parses and validates a notifications record value. It
 // never panics; every rejection is a *Error. It uses the schema
-// scanner of scan.go, not reflection.
+// scanner of scan.go, not reflection. The result does not refer to value
+// (its strings are substrings of one copy of it).
 func DecodeNotification(value []byte, maxBytes int) (Notification, error) {
+	return decodeNotification(value, maxBytes, false)
+}
+
+// DecodeNotificationShared is DecodeNotification without copying: the
+// strings of the result alias value's bytes (unless they had escapes), so
+// value must not be modified while the result (or any string taken from
+// it) is in use, and each of those strings keeps value's whole backing
+// array alive. Use it only on bytes that are never written again, and copy
+// a string (strings.Clone) before keeping it for long (a map key, a
+// cache). It accepts and rejects exactly what DecodeNotification does.
+func DecodeNotificationShared(value []byte, maxBytes int) (Notification, error) {
+	return decodeNotification(value, maxBytes, true)
+}
+
+func decodeNotification(value []byte, maxBytes int, shared bool) (Notification, error) {
 	if err := checkSize(value, maxBytes); err != nil {
 		return Notification{}, err
 	}
-	f := [4]jsonField{{name: "id"}, {name: "user"}, {name: "symbol"}, {name: "text"}}
-	if err := scanRecord(value, f[:]); err != nil {
+	f := notificationFields
+	if err := scanRecord(value, f[:], shared); err != nil {
 		return Notification{}, err
 	}
 	id, user, symbol, text := &f[0], &f[1], &f[2], &f[3]
@@ -163,6 +193,12 @@ func DecodeNotification(value []byte, maxBytes int) (Notification, error) {
 	}
 	return Notification{ID: id.str, User: user.str, Symbol: symbol.str, Text: text.str}, nil
 }
+
+// The schemas of ticks and notifications, copied by each decoding.
+var (
+	tickFields         = [2]jsonField{newField("symbol", false), newField("price", true)}
+	notificationFields = [4]jsonField{newField("id", false), newField("user", false), newField("symbol", false), newField("text", false)}
+)
 
 func checkSize(value []byte, maxBytes int) error {
 	if maxBytes <= 0 {

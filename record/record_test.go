@@ -3,6 +3,8 @@ package record
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -77,9 +79,9 @@ func TestDecodeNotification(t *testing.T) {
 }
 
 // FuzzDecodeTick and FuzzDecodeNotification: untrusted bytes never panic,
-// every rejection carries a known reason, and the schema scanner agrees
-// with the reflection decoder it replaced (record_ref_test.go): the same
-// value, or the same rejection reason.
+// every rejection carries a known reason, and the schema scanner, copying
+// and shared, agrees with the reflection decoder it replaced
+// (record_ref_test.go): the same value, or the same rejection reason.
 func FuzzDecodeTick(f *testing.F) {
 	for _, s := range append(differentialSeeds, `{"symbol":"BBCA","price":1.5}`, `{"symbol":1}`, `{`, `null`, `{"symbol":"a","price":1e400}`) {
 		f.Add([]byte(s))
@@ -127,6 +129,16 @@ var differentialSeeds = []string{
 	`{"a":` + strings.Repeat(`{"b":`, 9999) + `1` + strings.Repeat("}", 9999) + `,"id":"n","symbol":"S"}`,
 	`{"a":` + strings.Repeat(`{"b":`, 10000) + `1` + strings.Repeat("}", 10000) + `,"id":"n","symbol":"S"}`,
 	strings.Repeat("[", 10001),
+	// The fast path's record, then what makes it fall back part way.
+	`{"id":"n","user":"u","symbol":"S","text":"t"}`, `{"id":"n","symbol":"S"}x`, `{"id":"n","symbol":"S"}}`, `{"id":"n","symbol":"S"}]`,
+	`{"id":"n","symbol":"S"`, `{"id":"n","symbol":"S",`, `{"id":"n","symbol":"S",}`, `{"id":"n","symbol":"S" }`, `{"id":"n","symbol":"S","user":1}`,
+	`{"id":"n","symbol":"S","user":null}`, `{"id":"x","ID":null,"symbol":"S"}`, `{"id":"n","symbol":"S","x":"y"}`, `{"id":"n","symbol":"S\u0041"}`,
+	`{"id":"n","symbol":"S"x`, `{"id":"n","symbol":"S":`, `{"id":"n","symbol""S"}`, `{"id":"n","symbol"`, `{"id":"n","symbol":`,
+	`{"symbol":"S","price":1}x`, `{"symbol":"S","price":1.5,"price":"x"}`, `{"symbol":"S","price":01}`, `{"symbol":"S","price":-}`,
+	`{"symbol":"S","price":1.}`, `{"symbol":"S","price":1e5}`, `{"symbol":"S","price":-0.0}`, `{"symbol":"S","price":12345678901234567}`,
+	`{"symbol":"S","price":1,"price":null}`, `{"symbol":"S","price":1 }`, `{"symbol":"S","price":1`, `{"symbol":"S","price":true}`,
+	`{"id"x"n","symbol":"S"}`, `{"symbol":"S","price"x1}`, `{"id":"a\,"symbol":"S"}`, "{\"id\":\"a\x01,\"symbol\":\"S\"}",
+	"{\"id\":\"n\",\"symbol\":\"S\x7f}", "{\"id\":\"n\",\"symbol\":\"S\xff}", "{\"symbol\":\"S\x00,\"price\":1}",
 }
 
 func TestDecodersAgree(t *testing.T) {
@@ -135,6 +147,46 @@ func TestDecodersAgree(t *testing.T) {
 			compareTick(t, []byte(s), maxBytes)
 			compareNotification(t, []byte(s), maxBytes)
 		}
+	}
+}
+
+// TestDecodersAgreeEveryPosition: a byte that needs attention in a
+// string (a quote, an escape, a control or non-ASCII byte), at every
+// position around the 8-byte words of plainLen, in a value and in a key,
+// and short decimals around parseShortDecimal's limits, decode as the
+// reflection decoder does.
+func TestDecodersAgreeEveryPosition(t *testing.T) {
+	specials := []string{`"`, `\"`, `\\`, `\n`, `\u0041`, `\u00e9`, "\x00", "\x1f", "\x7f", " ", "~", "é", "\xff", "\xe2\x82", "😀", "/"}
+	for n := range 20 {
+		for p := range n + 1 {
+			for _, sp := range specials {
+				s := strings.Repeat("a", p) + sp + strings.Repeat("b", n-p)
+				compareNotification(t, []byte(`{"id":"`+s+`","symbol":"S","text":"`+s+`"}`), 0)
+				compareNotification(t, []byte(`{"id":"n","symbol":"`+s+`"}`), 0)
+				compareNotification(t, []byte(`{"`+s+`":"x","id":"n","symbol":"S"}`), 0)
+				compareTick(t, []byte(`{"symbol":"`+s+`","price":1}`), 0)
+			}
+		}
+	}
+	for _, sym := range []string{"id", "ids", "i", "symbol", "symbo", "symbols", "Symbol", "price", "pric", "prices"} {
+		compareNotification(t, []byte(`{"`+sym+`":"x","id":"n","symbol":"S"}`), 0)
+		compareTick(t, []byte(`{"symbol":"S","`+sym+`":2,"price":1}`), 0)
+	}
+	nums := []string{"0", "-0", "-0.0", "0.000001", "1e2", "1E-2", "123456789012345", "1234567890123456", "12345678901234567",
+		"0.12345678901234", "0.123456789012345", "0.1234567890123456", "9007199254740993", "999999999999999.9", "-1.5", "8961.72"}
+	r := rand.New(rand.NewPCG(11, 12))
+	for range 20000 {
+		digits := strconv.FormatUint(r.Uint64()>>r.IntN(64), 10)
+		if p := r.IntN(len(digits) + 1); p < len(digits) && p > 0 {
+			digits = digits[:p] + "." + digits[p:]
+		}
+		if r.IntN(2) == 0 {
+			digits = "-" + digits
+		}
+		nums = append(nums, digits)
+	}
+	for _, num := range nums {
+		compareTick(t, []byte(`{"symbol":"S","price":`+num+`}`), 0)
 	}
 }
 
@@ -156,6 +208,10 @@ func compareTick(t *testing.T, b []byte, maxBytes int) {
 	if reasonOf(err) != reasonOf(werr) || got.Symbol != want.Symbol || math.Float64bits(got.Price) != math.Float64bits(want.Price) {
 		t.Fatalf("DecodeTick(%q) = %+v, %v; the reflection decoder says %+v, %v", b, got, err, want, werr)
 	}
+	shared, serr := DecodeTickShared(b, maxBytes)
+	if reasonOf(serr) != reasonOf(werr) || shared.Symbol != want.Symbol || math.Float64bits(shared.Price) != math.Float64bits(want.Price) {
+		t.Fatalf("DecodeTickShared(%q) = %+v, %v; the reflection decoder says %+v, %v", b, shared, serr, want, werr)
+	}
 }
 
 func compareNotification(t *testing.T, b []byte, maxBytes int) {
@@ -164,6 +220,10 @@ func compareNotification(t *testing.T, b []byte, maxBytes int) {
 	want, werr := refDecodeNotification(b, maxBytes)
 	if reasonOf(err) != reasonOf(werr) || got != want {
 		t.Fatalf("DecodeNotification(%q) = %+v, %v; the reflection decoder says %+v, %v", b, got, err, want, werr)
+	}
+	shared, serr := DecodeNotificationShared(b, maxBytes)
+	if reasonOf(serr) != reasonOf(werr) || shared != want {
+		t.Fatalf("DecodeNotificationShared(%q) = %+v, %v; the reflection decoder says %+v, %v", b, shared, serr, want, werr)
 	}
 }
 

@@ -2,9 +2,12 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // A hand-written scanner for the two fixed input schemas (Tick,
@@ -28,17 +31,41 @@ import (
 //   - nesting beyond 10,000 levels is invalid_json;
 //   - strings are unescaped as encoding/json does, invalid UTF-8 and lone
 //     surrogates becoming U+FFFD.
+//
+// The common record (no whitespace, keys in their exact case, plain
+// ASCII strings, a price with a few decimals) is scanned by one fast path,
+// fastObject, that falls back to the general scanner, from the start, at
+// anything else; both read strings 8 bytes at a time up to their first
+// byte that needs attention (plainLen), compare keys exactly before case
+// folding (exactKey), and convert a short decimal exactly without strconv
+// (parseShortDecimal).
 
 // maxNestingDepth is encoding/json's limit on nested arrays and objects.
 const maxNestingDepth = 10000
 
 // jsonField is one field of a fixed schema while it is scanned.
 type jsonField struct {
-	name  string // JSON key
-	str   string // the value of a string field
-	num   float64
-	isNum bool // a number field (price), else a string field
-	set   bool // present and not null
+	name string // JSON key
+	// key is name and its closing '"' as a little-endian word, keyMask
+	// the bytes of it that count (0 for a name of 8 bytes or more):
+	// exactKey compares them with the 8 bytes after a key's opening '"'.
+	key, keyMask uint64
+	str          string // the value of a string field
+	num          float64
+	isNum        bool // a number field (price), else a string field
+	set          bool // present and not null
+}
+
+// newField is the field of a schema named name.
+func newField(name string, isNum bool) jsonField {
+	f := jsonField{name: name, isNum: isNum}
+	if n := len(name); n < 8 {
+		var w [8]byte
+		copy(w[:], name)
+		w[n] = '"'
+		f.key, f.keyMask = binary.LittleEndian.Uint64(w[:]), ^uint64(0)>>(64-8*(n+1))
+	}
+	return f
 }
 
 type jsonScanner struct {
@@ -48,23 +75,35 @@ type jsonScanner struct {
 	// syntax is the first syntax error, typeErr the first wrong type.
 	syntax  string
 	typeErr error
+	// shared: plain string fields alias b (unsafe.String) instead of
+	// being copied (DecodeNotificationShared, DecodeTickShared).
+	shared bool
 	// str is the whole record as one string, made on the first plain
-	// string field: fields are substrings of it (one allocation per record).
+	// string field when not shared: fields are substrings of it (one
+	// allocation per record).
 	str string
 	// key is scratch space for unescaping keys.
 	key [64]byte
 }
 
 // scanRecord parses value, which must be one JSON object, into fields. It
-// returns nil or a *Error with reason invalid_json or wrong_type.
-func scanRecord(value []byte, fields []jsonField) error {
-	s := jsonScanner{b: value}
+// returns nil or a *Error with reason invalid_json or wrong_type. With
+// shared, the string fields that needed no unescaping alias value.
+func scanRecord(value []byte, fields []jsonField, shared bool) error {
+	s := jsonScanner{b: value, shared: shared}
 	s.ws()
 	switch {
 	case s.i >= len(s.b):
 		return reject(ReasonInvalidJSON, "empty record: want a JSON object")
 	case s.b[s.i] == '{':
-		s.object(fields)
+		if start := s.i; !s.fastObject(fields) {
+			// Start again on the general path, from scratch.
+			s.i, s.depth, s.syntax, s.typeErr = start, 0, "", nil
+			for i := range fields {
+				fields[i].str, fields[i].num, fields[i].set = "", 0, false
+			}
+			s.object(fields)
+		}
 	case s.b[s.i] == 'n':
 		s.literal("null")
 	default:
@@ -97,13 +136,76 @@ func (s *jsonScanner) wrongType(field, want, got string) {
 	}
 }
 
+// ws skips whitespace; the common case, none, is inlined.
 func (s *jsonScanner) ws() {
+	if s.i < len(s.b) && s.b[s.i] <= ' ' {
+		s.skipWS()
+	}
+}
+
+func (s *jsonScanner) skipWS() {
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
 		default:
 			return
+		}
+	}
+}
+
+// fastObject scans the common record, an object whose '{' is at s.i, in
+// one pass: no whitespace, every key the name of one of fields in its
+// exact case, every value a plain string (see plainLen) or, for a number
+// field, a short decimal (see parseShortDecimal). It returns false at
+// anything else, leaving s and fields for scanRecord to reset.
+func (s *jsonScanner) fastObject(fields []jsonField) bool {
+	b := s.b
+	s.i++ // '{'
+	for {
+		if s.i >= len(b) || b[s.i] != '"' {
+			return false
+		}
+		f, ok := s.exactKey(fields)
+		if !ok || s.i >= len(b) || b[s.i] != ':' {
+			return false
+		}
+		s.i++
+		if s.i >= len(b) {
+			return false
+		}
+		if f.isNum {
+			start := s.i
+			if c := b[s.i]; !(c == '-' || '0' <= c && c <= '9') || !s.number() {
+				return false
+			}
+			if f.num, ok = parseShortDecimal(b[start:s.i]); !ok {
+				return false
+			}
+		} else {
+			if b[s.i] != '"' {
+				return false
+			}
+			start := s.i + 1
+			end := start + plainLen(b[start:])
+			if end >= len(b) || b[end] != '"' {
+				return false
+			}
+			s.setString(f, start, end)
+			s.i = end + 1
+		}
+		f.set = true
+		if s.i >= len(b) {
+			return false
+		}
+		switch b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return true
+		default:
+			return false
 		}
 	}
 }
@@ -126,11 +228,14 @@ func (s *jsonScanner) object(fields []jsonField) {
 			s.fail("want a string key")
 			return
 		}
-		key, ok := s.stringToken(true)
+		f, ok := s.exactKey(fields)
 		if !ok {
-			return
+			var key []byte
+			if key, ok = s.stringToken(true); !ok {
+				return
+			}
+			f = matchField(fields, key)
 		}
-		f := matchField(fields, key)
 		s.ws()
 		if s.i >= len(s.b) || s.b[s.i] != ':' {
 			s.fail("want ':' after an object key")
@@ -165,6 +270,33 @@ func (s *jsonScanner) object(fields []jsonField) {
 	}
 }
 
+// exactKey matches the common key, the name of one of fields in its exact
+// case (without escapes), whose '"' is at s.i, and moves past it. ok is
+// false for any other key: stringToken and matchField then take it.
+func (s *jsonScanner) exactKey(fields []jsonField) (f *jsonField, ok bool) {
+	rest := s.b[s.i+1:]
+	var next uint64 // the 8 bytes after the '"', when there are 8
+	if len(rest) >= 8 {
+		next = binary.LittleEndian.Uint64(rest)
+	}
+	for i := range fields {
+		f := &fields[i]
+		n := len(f.name)
+		if len(rest) >= 8 && f.keyMask != 0 {
+			ok = next&f.keyMask == f.key
+		} else {
+			ok = len(rest) > n && rest[n] == '"' && string(rest[:n]) == f.name
+		}
+		if ok {
+			s.i += n + 2
+			return f, true
+		}
+	}
+	return nil, false
+}
+
+// matchField is the field of key: the first whose name is key, else the
+// first whose name is key case-insensitively; nil for an unknown key.
 func matchField(fields []jsonField, key []byte) *jsonField {
 	for i := range fields {
 		if string(key) == fields[i].name {
@@ -191,14 +323,10 @@ func (s *jsonScanner) stringField(f *jsonField) {
 		if !ok {
 			break
 		}
-		if len(v) > 0 && &v[0] == &s.b[start] {
-			// Not unescaped: a substring of the record.
-			if s.str == "" {
-				s.str = string(s.b)
-			}
-			f.str = s.str[start : start+len(v)]
+		if len(v) > 0 && &v[0] != &s.b[start] {
+			f.str = string(v) // unescaped
 		} else {
-			f.str = string(v)
+			s.setString(f, start, start+len(v))
 		}
 		f.set = true
 	case 'n':
@@ -207,6 +335,23 @@ func (s *jsonScanner) stringField(f *jsonField) {
 		}
 	default:
 		s.wrongType(f.name, "string", s.skipValue())
+	}
+}
+
+// setString sets f to the string s.b[start:end], which needed no
+// unescaping: an alias of the record when shared, else a substring of
+// its one copy.
+func (s *jsonScanner) setString(f *jsonField, start, end int) {
+	switch {
+	case start == end:
+		f.str = ""
+	case s.shared:
+		f.str = unsafe.String(&s.b[start], end-start)
+	default:
+		if s.str == "" {
+			s.str = string(s.b)
+		}
+		f.str = s.str[start:end]
 	}
 }
 
@@ -219,6 +364,11 @@ func (s *jsonScanner) numberField(f *jsonField) {
 	case c == '-' || ('0' <= c && c <= '9'):
 		start := s.i
 		if !s.number() {
+			return
+		}
+		v, ok := parseShortDecimal(s.b[start:s.i])
+		if ok {
+			f.num, f.set = v, true
 			return
 		}
 		v, err := strconv.ParseFloat(string(s.b[start:s.i]), 64)
@@ -373,8 +523,15 @@ func (s *jsonScanner) number() bool {
 // else freshly allocated (or, for a key, in s.key when it fits).
 func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
 	b := s.b
-	s.i++ // opening quote
-	start := s.i
+	start := s.i + 1 // after the opening quote
+	// The common string: plain bytes up to the closing quote.
+	end := start + plainLen(b[start:])
+	if end < len(b) && b[end] == '"' {
+		s.i = end + 1
+		return b[start:end], true
+	}
+	// Else go on from the first byte that needs attention.
+	s.i = end
 	plain := true
 	for {
 		if s.i >= len(b) {
@@ -432,6 +589,86 @@ func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
 			s.i += size
 		}
 	}
+}
+
+// SWAR constants: a byte repeated 8 times.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// hasByte has the high bit of a byte set where x has the byte c (given
+// repeated in each byte of c). Above the first such byte a borrow may set
+// more, so only the lowest set bit (or whether any is set) is exact.
+func hasByte(x, c uint64) uint64 {
+	y := x ^ c
+	return (y - ones) &^ y & highs
+}
+
+// hasLess20 is hasByte for the bytes below 0x20.
+func hasLess20(x uint64) uint64 {
+	return (x - 0x20*ones) &^ x & highs
+}
+
+// plainLen is the length of the prefix of b that a JSON string may hold
+// as is: ASCII, not a control character, '"' or '\\'. It reads 8 bytes
+// at a time (the bytes after the string's end are in b as well).
+func plainLen(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := (x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones)) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			break
+		}
+	}
+	return i
+}
+
+// pow10 are the powers of ten of short decimals, all exact float64s.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// parseShortDecimal converts a number that number() accepted, when it has
+// no exponent and at most 15 digits, exactly as strconv.ParseFloat does:
+// its digits are an exact float64 (below 2^53), and so is the power of ten
+// it is divided by, and one IEEE division rounds correctly. ok is false
+// for any other number.
+func parseShortDecimal(b []byte) (v float64, ok bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var m uint64
+	digits, decimals := 0, -1
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			m = m*10 + uint64(c-'0')
+			digits++
+			if decimals >= 0 {
+				decimals++
+			}
+		case c == '.':
+			decimals = 0
+		default:
+			return 0, false // an exponent
+		}
+	}
+	if digits > 15 {
+		return 0, false
+	}
+	v = float64(m)
+	if decimals > 0 {
+		v /= pow10[decimals]
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
 }
 
 func isHex(c byte) bool {

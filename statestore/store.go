@@ -58,6 +58,10 @@ func (m Match) String() string {
 // of goroutines while another goroutine calls Apply or Prune; Apply and
 // Prune calls are serialised. After Close every method returns ErrClosed
 // (AppliedOffset keeps returning the last value).
+//
+// The store keeps no string it is given: the symbols passed to Apply and
+// GetAsOf may alias buffers of the caller (join decodes records without
+// copying them), which a kept alias would pin and see change.
 type Store struct {
 	task int
 	dir  string
@@ -169,7 +173,10 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 	s.gen++
 	for _, t := range ticks {
 		if c, ok := s.latest[t.Symbol]; ok && t.newer(c) {
-			s.latest[t.Symbol] = t
+			// The cache keeps its own copy of the symbol (see
+			// GetAsOf): t's may alias the caller's buffer.
+			t.Symbol = c.Symbol
+			s.latest[c.Symbol] = t
 		}
 	}
 	s.cacheMu.Unlock()
@@ -221,7 +228,9 @@ func (s *Store) GetAsOf(symbol string, tsMs int64) (Tick, Match, error) {
 			if s.latest == nil {
 				s.latest = map[string]Tick{}
 			}
-			s.latest[symbol] = latest
+			// Keyed by the symbol read from Pebble, a string of its
+			// own: the caller's may alias a buffer it would pin.
+			s.latest[latest.Symbol] = latest
 		}
 		s.cacheMu.Unlock()
 		if latest.TimestampMs <= tsMs {

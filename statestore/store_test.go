@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -586,4 +587,39 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The latest-version cache keeps no symbol string of its callers: join
+// passes symbols that alias fetched buffers, which the cache would
+// otherwise pin, and see change if they were reused.
+func TestCacheKeepsNoCallerString(t *testing.T) {
+	m := openManager(t, Options{Dirs: []string{t.TempDir()}})
+	s := openTask(t, m, 0)
+	alias := func(b []byte) string { return unsafe.String(&b[0], len(b)) }
+	if err := s.Apply([]Tick{{Symbol: "AAA", Price: 1, TimestampMs: 1000, Offset: 0}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A lookup that fills the cache, with a symbol aliasing buf.
+	buf := []byte("AAA")
+	if got, m, err := s.GetAsOf(alias(buf), 5000); err != nil || m != AsOf || got.Price != 1 {
+		t.Fatalf("GetAsOf = %+v, %v, %v", got, m, err)
+	}
+	copy(buf, "ZZZ")
+	for k, v := range s.latest {
+		if k != v.Symbol {
+			t.Errorf("the cache holds %q under the key %q: it kept the caller's string as its key", v.Symbol, k)
+		}
+	}
+	if got, m, err := s.GetAsOf("AAA", 5000); err != nil || m != AsOf || got.Symbol != "AAA" || got.Price != 1 {
+		t.Errorf("after the caller's buffer changed, GetAsOf(AAA) = %+v, %v, %v (the cache kept the caller's string)", got, m, err)
+	}
+	// An Apply that updates the cached version, with a symbol aliasing buf.
+	copy(buf, "AAA")
+	if err := s.Apply([]Tick{{Symbol: alias(buf), Price: 2, TimestampMs: 2000, Offset: 1}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "QQQ")
+	if got, m, err := s.GetAsOf("AAA", 5000); err != nil || m != AsOf || got.Symbol != "AAA" || got.Price != 2 {
+		t.Errorf("after the caller's buffer changed, GetAsOf(AAA) = %+v, %v, %v (the cache kept the applied tick's string)", got, m, err)
+	}
 }
