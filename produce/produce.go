@@ -197,10 +197,14 @@ func (p *Producer) group(ctx context.Context, c *call, msgs []kafka.Message) err
 				}
 			}
 			if last < 0 {
-				c.batches = append(c.batches, batch{})
+				if len(c.batches) < cap(c.batches) { // reuse its idx
+					c.batches = c.batches[:len(c.batches)+1]
+				} else {
+					c.batches = append(c.batches, batch{})
+				}
 				last = len(c.batches) - 1
 				b := &c.batches[last]
-				b.topic, b.partition = m.Topic, part
+				b.topic, b.partition, b.err = m.Topic, part, nil
 				b.recs.idx = b.recs.idx[:0]
 			}
 		}

@@ -401,3 +401,54 @@ func TestRecordsNoAllocs(t *testing.T) {
 		t.Errorf("read %d bytes, want %d", sink.Len(), want)
 	}
 }
+
+// The leader of a partition moves to another broker (or its broker leaves
+// the cluster) between two writes: the producer refreshes the Transport's
+// metadata and writes to the new leader. The Transport's own refresh timer
+// is set to an hour, so only the producer's refresh can find the new
+// leader within the few attempts allowed.
+func TestWriteMessagesLeaderMoves(t *testing.T) {
+	for _, remove := range []bool{false, true} {
+		name := "moved"
+		if remove {
+			name = "broker removed"
+		}
+		t.Run(name, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(1, "alerts"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tr := &kafka.Transport{MetadataTTL: time.Hour}
+			defer tr.CloseIdleConnections()
+			p, err := New(Config{Addr: kafka.TCP(c.ListenAddrs()...), Transport: tr, Attempts: 5, Backoff: fastRetries})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			write := func(v string) {
+				t.Helper()
+				if err := p.WriteMessages(ctx, kafka.Message{Topic: "alerts", Key: []byte("k"), Value: []byte(v)}); err != nil {
+					t.Fatalf("writing %s: %v", v, err)
+				}
+			}
+			write("before")
+			old := c.LeaderFor("alerts", 0)
+			if remove {
+				if err := c.RemoveNode(old); err != nil {
+					t.Fatal(err)
+				}
+				for c.LeaderFor("alerts", 0) == old {
+					c.ShufflePartitionLeaders()
+				}
+			} else if err := c.MoveTopicPartition("alerts", 0, (old+1)%3); err != nil {
+				t.Fatal(err)
+			}
+			write("after")
+			recs := consume(t, c, "alerts", 2)
+			if string(recs[0].Value) != "before" || string(recs[1].Value) != "after" {
+				t.Errorf("read %s, %s; want before, after", recs[0].Value, recs[1].Value)
+			}
+		})
+	}
+}
