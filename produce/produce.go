@@ -61,6 +61,12 @@ type Config struct {
 	// retriable error is returned. Default: 20 (at least 10 s with the
 	// default Backoff).
 	Attempts int
+	// MaxBatchBytes bounds the record batch of one Produce request (an
+	// estimate of its encoded size, never below it): a partition's
+	// messages beyond it go in further requests, one after the other.
+	// Keep it at or below the topics' max.message.bytes. Default:
+	// 1,000,000 (Kafka's default max.message.bytes is 1,048,588).
+	MaxBatchBytes int
 	// Backoff is the delay between attempts. Default: 50ms doubling to 1s.
 	// Along with Attempts it should outlast the Transport's metadata TTL
 	// (6s), its fallback when a forced refresh fails.
@@ -70,9 +76,10 @@ type Config struct {
 // Producer writes messages to Kafka. It is safe for concurrent use; calls
 // from different goroutines are not ordered with respect to each other.
 type Producer struct {
-	client   *kafka.Client
-	attempts int
-	backoff  backoff.Policy
+	client     *kafka.Client
+	attempts   int
+	batchBytes int
+	backoff    backoff.Policy
 
 	mu     sync.RWMutex
 	counts map[string]int // partition count per topic
@@ -95,14 +102,18 @@ func New(cfg Config) (*Producer, error) {
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = 20
 	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = 1_000_000
+	}
 	if cfg.Backoff == (backoff.Policy{}) {
 		cfg.Backoff = backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second}
 	}
 	return &Producer{
-		client:   &kafka.Client{Addr: cfg.Addr, Transport: cfg.Transport, Timeout: cfg.Timeout},
-		attempts: cfg.Attempts,
-		backoff:  cfg.Backoff,
-		counts:   make(map[string]int),
+		client:     &kafka.Client{Addr: cfg.Addr, Transport: cfg.Transport, Timeout: cfg.Timeout},
+		attempts:   cfg.Attempts,
+		batchBytes: cfg.MaxBatchBytes,
+		backoff:    cfg.Backoff,
+		counts:     make(map[string]int),
 	}, nil
 }
 
@@ -115,7 +126,8 @@ func (p *Producer) Close() error { return nil }
 type batch struct {
 	topic     string
 	partition int
-	recs      records
+	idx       []int32 // into the call's messages
+	recs      records // of the request being sent: a window of idx
 	err       error
 }
 
@@ -140,7 +152,7 @@ func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) err
 	defer func() {
 		for i := range c.batches {
 			b := &c.batches[i]
-			b.recs.msgs, b.recs.record, b.err = nil, kafka.Record{}, nil // no stale references
+			b.recs.msgs, b.recs.idx, b.recs.record, b.err = nil, nil, kafka.Record{}, nil // no stale references
 			b.recs.key.reset(nil)
 			b.recs.value.reset(nil)
 		}
@@ -205,12 +217,12 @@ func (p *Producer) group(ctx context.Context, c *call, msgs []kafka.Message) err
 				last = len(c.batches) - 1
 				b := &c.batches[last]
 				b.topic, b.partition, b.err = m.Topic, part, nil
-				b.recs.idx = b.recs.idx[:0]
+				b.idx = b.idx[:0]
 			}
 		}
 		b := &c.batches[last]
 		b.recs.msgs = msgs
-		b.recs.idx = append(b.recs.idx, int32(i))
+		b.idx = append(b.idx, int32(i))
 	}
 	return nil
 }
@@ -231,8 +243,53 @@ func identity(n int) []int {
 	return s
 }
 
-// send writes one batch, retrying retriable errors.
+// batchOverhead is the size of a record batch's header, and recordOverhead
+// the most a record adds to its key, value and headers (its length,
+// attributes, timestamp and offset deltas and the lengths of its fields,
+// as varints).
+const (
+	batchOverhead  = 61
+	recordOverhead = 5 + 1 + 10 + 5 + 5 + 5 + 5
+	headerOverhead = 5 + 5
+)
+
+// recordSize is at least the encoded size of m in a record batch.
+func recordSize(m *kafka.Message) int {
+	n := recordOverhead + len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// send writes one batch in requests of at most batchBytes, one after the
+// other (a partition's requests are never in flight together, so a retry
+// cannot reorder them).
 func (p *Producer) send(ctx context.Context, b *batch) error {
+	for start := 0; start < len(b.idx); {
+		end, size := start, batchOverhead
+		for end < len(b.idx) {
+			n := recordSize(&b.recs.msgs[b.idx[end]])
+			if end > start && size+n > p.batchBytes {
+				break
+			}
+			size += n
+			end++
+		}
+		b.recs.idx = b.idx[start:end]
+		if err := p.sendRequest(ctx, b); err != nil {
+			if start > 0 {
+				return fmt.Errorf("%w (the first %d messages for %s-%d were written)", err, start, b.topic, b.partition)
+			}
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+// sendRequest writes b.recs in one request, retrying retriable errors.
+func (p *Producer) sendRequest(ctx context.Context, b *batch) error {
 	retry := backoff.Retry{Policy: p.backoff}
 	req := &kafka.ProduceRequest{
 		Topic:        b.topic,

@@ -452,3 +452,61 @@ func TestWriteMessagesLeaderMoves(t *testing.T) {
 		})
 	}
 }
+
+// A partition's messages beyond MaxBatchBytes go in further requests, in
+// order, none of whose record batch exceeds MaxBatchBytes (the size
+// estimate is an upper bound), and a write larger than the broker's
+// max.message.bytes (1 MiB in kfake) goes through.
+func TestWriteMessagesSplitsLargeBatches(t *testing.T) {
+	for _, limit := range []int{0, 10_000} {
+		t.Run(fmt.Sprint("MaxBatchBytes=", limit), func(t *testing.T) {
+			c := newCluster(t, map[string]int32{"alerts": 1})
+			var requests, largest atomic.Int64
+			c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+					for _, rp := range rt.Partitions {
+						requests.Add(1)
+						if n := int64(len(rp.Records)); n > largest.Load() {
+							largest.Store(n)
+						}
+					}
+				}
+				return nil, nil, false
+			})
+			tr := &kafka.Transport{}
+			defer tr.CloseIdleConnections()
+			p, err := New(Config{Addr: kafka.TCP(c.ListenAddrs()...), Transport: tr, Backoff: fastRetries, MaxBatchBytes: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msgs []kafka.Message
+			total := 0
+			for i := range 3000 {
+				m := kafka.Message{Topic: "alerts", Key: fmt.Appendf(nil, "key-%d", i), Value: bytes.Repeat([]byte{'x'}, 200+i%800),
+					Time: time.UnixMilli(int64(i) * 1_000_000)}
+				if i%3 == 0 {
+					m.Headers = []kafka.Header{{Key: "h", Value: fmt.Appendf(nil, "%d", i)}}
+				}
+				total += len(m.Value)
+				msgs = append(msgs, m)
+			}
+			if err := p.WriteMessages(context.Background(), msgs...); err != nil {
+				t.Fatal(err)
+			}
+			max := p.batchBytes
+			if got := largest.Load(); got > int64(max) {
+				t.Errorf("a record batch of %d bytes, more than MaxBatchBytes %d", got, max)
+			}
+			if min := int64(total / max); requests.Load() <= min {
+				t.Errorf("%d requests for %d value bytes, want more than %d", requests.Load(), total, min)
+			}
+			recs := consume(t, c, "alerts", len(msgs))
+			for i, r := range recs {
+				if !bytes.Equal(r.Key, msgs[i].Key) {
+					t.Fatalf("record %d: key %s, want %s", i, r.Key, msgs[i].Key)
+				}
+			}
+		})
+	}
+}
