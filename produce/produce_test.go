@@ -370,38 +370,6 @@ func TestWriteMessagesConcurrentCalls(t *testing.T) {
 	}
 }
 
-// The record reader hands out every message of its batch without
-// allocating.
-func TestRecordsNoAllocs(t *testing.T) {
-	msgs := make([]kafka.Message, 100)
-	idx := make([]int32, 0, 100)
-	for i := range msgs {
-		msgs[i] = kafka.Message{Key: []byte("k"), Value: []byte("value"), Time: time.Unix(int64(i), 0)}
-		idx = append(idx, int32(i))
-	}
-	r := &records{msgs: msgs, idx: idx}
-	var sink bytes.Buffer
-	sink.Grow(1 << 12)
-	allocs := testing.AllocsPerRun(10, func() {
-		r.rewind()
-		sink.Reset()
-		for {
-			rec, err := r.ReadRecord()
-			if err != nil {
-				break
-			}
-			_, _ = rec.Key.(*bytesReader).WriteTo(&sink)
-			_, _ = rec.Value.(*bytesReader).WriteTo(&sink)
-		}
-	})
-	if allocs != 0 {
-		t.Errorf("%.0f allocations per batch, want 0", allocs)
-	}
-	if want := 100 * len("kvalue"); sink.Len() != want {
-		t.Errorf("read %d bytes, want %d", sink.Len(), want)
-	}
-}
-
 // The leader of a partition moves to another broker (or its broker leaves
 // the cluster) between two writes: the producer refreshes the Transport's
 // metadata and writes to the new leader. The Transport's own refresh timer

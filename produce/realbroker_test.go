@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/segmentio/kafka-go"
 )
@@ -48,7 +49,9 @@ func TestRefreshRealBroker(t *testing.T) {
 
 	tr := &kafka.Transport{MetadataTTL: time.Hour}
 	defer tr.CloseIdleConnections()
-	p, err := New(Config{Addr: kafka.TCP(addrs...), Transport: tr, Attempts: 3, Backoff: fastRetries})
+	// Attempts for a new topic's first moments, when its broker may still
+	// answer NOT_LEADER_OR_FOLLOWER.
+	p, err := New(Config{Addr: kafka.TCP(addrs...), Transport: tr, Attempts: 10, Backoff: backoff.Policy{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,11 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// records is the kafka.RecordReader of one partition's batch: it hands out
-// msgs[idx[0]], msgs[idx[1]], ... as records without allocating, reusing
-// one Record and two byte readers (the record set is encoded record by
-// record, each before the next ReadRecord). Reset rewinds it for a retry.
+// records is a kafka.RecordReader of msgs[idx[0]], msgs[idx[1]], ...: the
+// reference the tests feed kafka-go's own record set encoder with, to
+// compare appendRecordSet's bytes with. (It was the producer's first
+// encoding path, through Client.Produce: appendRecordSet with RawProduce
+// spends less CPU.)
 type records struct {
 	msgs   []kafka.Message
 	idx    []int32
