@@ -15,7 +15,11 @@
 // so that all I/O is still kafka-go's.
 //
 // Partitioning is murmur2.Partition of the key, exactly as murmur2.Balancer
-// places keyed messages (a nil key goes round-robin, as there).
+// places keyed messages (a nil key goes round-robin, as there). A topic's
+// partition count is read once from the Transport's metadata, and again
+// after an error that says the metadata is stale: partitions added to a
+// topic while the worker runs are used after its restart (the topics must
+// be co-partitioned again first anyway).
 //
 // # Errors and leader changes
 //
