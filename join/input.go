@@ -18,7 +18,8 @@ type Fetcher interface {
 }
 
 // Writer writes alerts and dead letters, each message naming its topic:
-// *kafka.Writer (with an empty Topic), or a fake in tests.
+// produce.Producer (what node gives it), a *kafka.Writer (with an empty
+// Topic), or a fake in tests.
 type Writer interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
 }

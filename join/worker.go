@@ -66,8 +66,9 @@ import (
 type Config struct {
 	// Client reads the input topics (a *kafka.Client). Required.
 	Client Fetcher
-	// Writer writes alerts and dead letters (a *kafka.Writer); a
-	// *kafka.Writer's Topic must be empty (each message names its topic).
+	// Writer writes alerts and dead letters (node gives it a
+	// produce.Producer); a *kafka.Writer's Topic must be empty (each
+	// message names its topic).
 	// Required.
 	Writer Writer
 	// Stores opens the per-task stores. Required.

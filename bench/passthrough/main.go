@@ -1,11 +1,12 @@
 // Command passthrough is the ceiling contestant of scripts/bench: joiner's
-// own kafka-go read path and Writer settings with no decode and no join.
+// own kafka-go read and write paths with no decode and no join.
 // It copies every record of the input topic, from the first offset, to the
 // output topic (same key and value), per partition as joiner's tasks: a
 // reader goroutine fetches with kafka.Client.Fetch (the parameters of
 // join's partitionReader, package fetch) one batch ahead, as join's prefetch does, while
-// the previous batch is written with a kafka.Writer configured as node.New
-// configures joiner's, waiting for the acknowledgement. It prints "ready UNIX_MS" when the first fetches start and runs
+// the previous batch is written with joiner's producer (package produce,
+// kafka-go's Client.Produce, as node.New builds it), waiting for the
+// acknowledgement. It prints "ready UNIX_MS" when the first fetches start and runs
 // until SIGTERM or SIGINT.
 //
 // With --consume-only it reads one partition (--partition) from its first
@@ -30,7 +31,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/fetch"
-	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/produce"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -77,18 +78,10 @@ func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, o
 	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
 		return fmt.Errorf("topic %s: not found (%v)", input, md.Topics)
 	}
-	// node.New's Writer for alerts (each message names its topic).
-	w := &kafka.Writer{
-		Addr:         kafka.TCP(addrs...),
-		Balancer:     &murmur2.Balancer{},
-		RequiredAcks: kafka.RequireAll,
-		// kafka-go allocates room for BatchSize messages in every batch
-		// it opens (about 150 bytes each): with 5000, a write of a few
-		// dozen alerts allocated 750 KiB, 85% of all allocation under a
-		// steady load, and the GC it caused doubled the p99 latency.
-		BatchSize:    1000,
-		BatchBytes:   8 << 20,
-		BatchTimeout: 2 * time.Millisecond,
+	// node.New's producer for alerts (each message names its topic).
+	w, err := produce.New(produce.Config{Addr: kafka.TCP(addrs...)})
+	if err != nil {
+		return err
 	}
 	defer w.Close()
 	fmt.Printf("ready %d\n", time.Now().UnixMilli())
@@ -111,7 +104,7 @@ func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, o
 	return ctx.Err()
 }
 
-func copyPartition(ctx context.Context, client *kafka.Client, w *kafka.Writer, topic, output string, p int, maxWait time.Duration) error {
+func copyPartition(ctx context.Context, client *kafka.Client, w *produce.Producer, topic, output string, p int, maxWait time.Duration) error {
 	r := &reader{client: client, topic: topic, partition: p, next: -1, maxWait: maxWait}
 	// As join's prefetch: one goroutine fetches ahead (one batch buffered)
 	// while the previous batch is written.

@@ -1,0 +1,503 @@
+// Package produce is joiner's producer: it writes alerts and dead letters
+// (and the pass-through contestant's copies) with kafka-go's Client, one
+// Produce request per topic-partition, and implements join's Writer
+// (WriteMessages, each message naming its topic).
+//
+// It replaces kafka.Writer on joiner's write path because the Writer asks
+// the Transport for a topic's metadata for every message (14% of joiner's
+// CPU) and holds every partial batch for BatchTimeout on a timer. Producer
+// instead caches each topic's partition count, groups the messages of one
+// call by partition (keeping their order within a partition), and sends
+// the batches at once, concurrently across partitions, with acks=all.
+// Each request's record batch is built in one pass into a reused buffer
+// (appendRecordSet: the bytes kafka-go's encoder writes, at a tenth of its
+// CPU and with no allocation) and sent with kafka-go's Client.RawProduce,
+// so that all I/O is still kafka-go's.
+//
+// Partitioning is murmur2.Partition of the key, exactly as murmur2.Balancer
+// places keyed messages (a nil key goes round-robin, as there). A topic's
+// partition count is read once from the Transport's metadata, and again
+// after an error that says the metadata is stale: partitions added to a
+// topic while the worker runs are used after its restart (the topics must
+// be co-partitioned again first anyway).
+//
+// # Errors and leader changes
+//
+// kafka-go's Transport routes a Produce request to the leader named in its
+// cached cluster metadata, which it refreshes every MetadataTTL (6 s by
+// default, randomized) and, besides, only after a CreateTopics response. A
+// request to a partition whose leader moved fails with
+// NOT_LEADER_OR_FOLLOWER, or with a network error when the old leader is
+// down, until that cache is refreshed. Producer therefore forces a refresh
+// after such an error (see Producer.refresh) and retries the partition's
+// batch with backoff; other retriable errors (REQUEST_TIMED_OUT,
+// NOT_ENOUGH_REPLICAS, ...) are retried without a refresh. Non-retriable
+// errors (a message too large, authorization, a topic that does not exist
+// after a refresh) end WriteMessages at once. WriteMessages returns nil
+// only when every message is acknowledged; a retried batch may be written
+// twice (at-least-once), never reordered within its partition, since a
+// partition's next batch is sent only after the previous one is
+// acknowledged.
+package produce
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+)
+
+// Config configures a Producer. Zero values take the defaults shown.
+type Config struct {
+	// Addr are the bootstrap brokers. Required.
+	Addr net.Addr
+	// Transport carries the requests (TLS and SASL settings). Default:
+	// kafka-go's default transport.
+	Transport kafka.RoundTripper
+	// Timeout bounds each request. Default: 10s (kafka.Writer's
+	// WriteTimeout).
+	Timeout time.Duration
+	// Attempts is how many times one partition's batch is sent before a
+	// retriable error is returned. Default: 20 (at least 10 s with the
+	// default Backoff).
+	Attempts int
+	// MaxBatchBytes bounds the record batch of one Produce request (an
+	// estimate of its encoded size, never below it): a partition's
+	// messages beyond it go in further requests, one after the other.
+	// Keep it at or below the topics' max.message.bytes. Default:
+	// 1,000,000 (Kafka's default max.message.bytes is 1,048,588).
+	MaxBatchBytes int
+	// Backoff is the delay between attempts. Default: 50ms doubling to 1s.
+	// Along with Attempts it should outlast the Transport's metadata TTL
+	// (6s), its fallback when a forced refresh fails.
+	Backoff backoff.Policy
+}
+
+// Producer writes messages to Kafka. It is safe for concurrent use; calls
+// from different goroutines are not ordered with respect to each other.
+type Producer struct {
+	client     *kafka.Client
+	attempts   int
+	batchBytes int
+	backoff    backoff.Policy
+
+	mu     sync.RWMutex
+	counts map[string]int // partition count per topic
+
+	refreshMu  sync.Mutex
+	refreshGen atomic.Uint64 // completed forced refreshes
+
+	roundRobin murmur2.Balancer // nil keys
+	scratch    sync.Pool        // *call
+}
+
+// New returns a Producer.
+func New(cfg Config) (*Producer, error) {
+	if cfg.Addr == nil {
+		return nil, errors.New("produce: Config.Addr is required (the bootstrap brokers)")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 20
+	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = 1_000_000
+	}
+	if cfg.Backoff == (backoff.Policy{}) {
+		cfg.Backoff = backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second}
+	}
+	return &Producer{
+		client:     &kafka.Client{Addr: cfg.Addr, Transport: cfg.Transport, Timeout: cfg.Timeout},
+		attempts:   cfg.Attempts,
+		batchBytes: cfg.MaxBatchBytes,
+		backoff:    cfg.Backoff,
+		counts:     make(map[string]int),
+	}, nil
+}
+
+// Close releases nothing today; it is there so that the Producer can
+// replace a kafka.Writer where a Close is expected.
+func (p *Producer) Close() error { return nil }
+
+// batch is the messages of one call that go to one topic-partition, as
+// indexes into the call's messages, in their order.
+type batch struct {
+	topic     string
+	partition int
+	msgs      []kafka.Message // the call's
+	idx       []int32         // into msgs
+	window    []int32         // of idx: the request being sent
+	buf       []byte          // its record set
+	rd        bytes.Reader    // over buf
+	err       error
+}
+
+// call is the reusable scratch of one WriteMessages.
+type call struct {
+	batches []batch
+}
+
+// WriteMessages writes msgs, each to its Topic, and waits until Kafka has
+// acknowledged all of them (acks=all). A message's Partition is ignored:
+// the partition is murmur2 of its key. It returns nil only when every
+// message is acknowledged; on error some batches may have been written
+// (the caller retries them all: at-least-once).
+func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	c, _ := p.scratch.Get().(*call)
+	if c == nil {
+		c = new(call)
+	}
+	defer func() {
+		for i := range c.batches {
+			b := &c.batches[i]
+			b.msgs, b.window, b.err = nil, nil, nil // no stale references
+			b.rd.Reset(nil)
+		}
+		p.scratch.Put(c)
+	}()
+	if err := p.group(ctx, c, msgs); err != nil {
+		return err
+	}
+	if len(c.batches) == 1 {
+		return p.send(ctx, &c.batches[0])
+	}
+	var wg sync.WaitGroup
+	for i := range c.batches {
+		wg.Add(1)
+		go func(b *batch) {
+			defer wg.Done()
+			b.err = p.send(ctx, b)
+		}(&c.batches[i])
+	}
+	wg.Wait()
+	var errs []error
+	for i := range c.batches {
+		if err := c.batches[i].err; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// group fills c.batches with msgs grouped by topic-partition, in order.
+func (p *Producer) group(ctx context.Context, c *call, msgs []kafka.Message) error {
+	c.batches = c.batches[:0]
+	last := -1 // the batch of the previous message: the usual case
+	lastTopic, lastCount := "", 0
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Topic == "" {
+			return fmt.Errorf("produce: message %d names no topic (set kafka.Message.Topic)", i)
+		}
+		if m.Topic != lastTopic || lastCount == 0 {
+			n, err := p.partitions(ctx, m.Topic)
+			if err != nil {
+				return err
+			}
+			lastTopic, lastCount = m.Topic, n
+		}
+		part := p.partition(m, lastCount)
+		if last < 0 || c.batches[last].topic != m.Topic || c.batches[last].partition != part {
+			last = -1
+			for j := range c.batches {
+				if c.batches[j].topic == m.Topic && c.batches[j].partition == part {
+					last = j
+					break
+				}
+			}
+			if last < 0 {
+				if len(c.batches) < cap(c.batches) { // reuse its idx
+					c.batches = c.batches[:len(c.batches)+1]
+				} else {
+					c.batches = append(c.batches, batch{})
+				}
+				last = len(c.batches) - 1
+				b := &c.batches[last]
+				b.topic, b.partition, b.err = m.Topic, part, nil
+				b.idx = b.idx[:0]
+			}
+		}
+		b := &c.batches[last]
+		b.msgs = msgs
+		b.idx = append(b.idx, int32(i))
+	}
+	return nil
+}
+
+// partition is murmur2.Balancer's choice among n partitions.
+func (p *Producer) partition(m *kafka.Message, n int) int {
+	if m.Key == nil {
+		return p.roundRobin.Balance(*m, identity(n)...)
+	}
+	return murmur2.Partition(m.Key, n)
+}
+
+func identity(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// batchOverhead is the size of a record batch's header, and recordOverhead
+// the most a record adds to its key, value and headers (its length,
+// attributes, timestamp and offset deltas and the lengths of its fields,
+// as varints).
+const (
+	batchOverhead  = 61
+	recordOverhead = 5 + 1 + 10 + 5 + 5 + 5 + 5
+	headerOverhead = 5 + 5
+)
+
+// recordSize is at least the encoded size of m in a record batch.
+func recordSize(m *kafka.Message) int {
+	n := recordOverhead + len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// send writes one batch in requests of at most batchBytes, one after the
+// other (a partition's requests are never in flight together, so a retry
+// cannot reorder them).
+func (p *Producer) send(ctx context.Context, b *batch) error {
+	for start := 0; start < len(b.idx); {
+		end, size := start, batchOverhead
+		for end < len(b.idx) {
+			n := recordSize(&b.msgs[b.idx[end]])
+			if end > start && size+n > p.batchBytes {
+				break
+			}
+			size += n
+			end++
+		}
+		b.window = b.idx[start:end]
+		if err := p.sendRequest(ctx, b); err != nil {
+			if start > 0 {
+				return fmt.Errorf("%w (the first %d messages for %s-%d were written)", err, start, b.topic, b.partition)
+			}
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+// sendRequest writes b.window in one request, retrying retriable errors.
+func (p *Producer) sendRequest(ctx context.Context, b *batch) error {
+	retry := backoff.Retry{Policy: p.backoff}
+	b.buf = appendRecordSet(b.buf[:0], b.msgs, b.window, time.Now())
+	req := &kafka.RawProduceRequest{
+		Topic:        b.topic,
+		Partition:    b.partition,
+		RequiredAcks: kafka.RequireAll,
+		RawRecords:   protocol.RawRecordSet{Reader: &b.rd},
+	}
+	for attempt := 1; ; attempt++ {
+		gen := p.refreshGen.Load()
+		b.rd.Reset(b.buf)
+		err := p.produce(ctx, req)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("writing %d messages to %s-%d: %w", len(b.window), b.topic, b.partition, ctx.Err())
+		}
+		kind := classify(err)
+		if kind == unknownTopic {
+			// The Transport's metadata may predate the topic: refresh it
+			// and look again; a topic still missing is an error.
+			p.refresh(ctx, gen, b.topic)
+			if n, lerr := p.partitions(ctx, b.topic); lerr != nil {
+				return lerr
+			} else if n <= b.partition {
+				return fmt.Errorf("writing to %s-%d: the topic has %d partitions now (it was recreated or changed under a running worker): restart the worker: %w",
+					b.topic, b.partition, n, err)
+			}
+			kind = refreshRetry
+		}
+		if kind == fatal {
+			return fmt.Errorf("writing %d messages to %s-%d: %w (not retriable: %s)", len(b.window), b.topic, b.partition, err, advice(err))
+		}
+		if attempt >= p.attempts {
+			return fmt.Errorf("writing %d messages to %s-%d: giving up after %d attempts: %w", len(b.window), b.topic, b.partition, attempt, err)
+		}
+		if kind == refreshRetry {
+			p.refresh(ctx, gen, b.topic)
+		}
+		if serr := backoff.Sleep(ctx, retry.Next()); serr != nil {
+			return fmt.Errorf("writing %d messages to %s-%d: %w (last error: %v)", len(b.window), b.topic, b.partition, serr, err)
+		}
+	}
+}
+
+// produce sends one Produce request and returns its error or the
+// partition's.
+func (p *Producer) produce(ctx context.Context, req *kafka.RawProduceRequest) error {
+	res, err := p.client.RawProduce(ctx, req)
+	if err != nil {
+		return err
+	}
+	if res.Error != nil {
+		return res.Error
+	}
+	return nil
+}
+
+type errKind int
+
+const (
+	retry        errKind = iota // retry as is
+	refreshRetry                // refresh the Transport's metadata, then retry
+	unknownTopic                // refresh, check the topic exists, then retry
+	fatal                       // return at once
+)
+
+// classify says what to do after err.
+func classify(err error) errKind {
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case kafka.NotLeaderForPartition, kafka.LeaderNotAvailable, kafka.FencedLeaderEpoch,
+			kafka.UnknownLeaderEpoch, kafka.NetworkException, kafka.KafkaStorageError,
+			kafka.PreferredLeaderNotAvailable, kafka.EligibleLeadersNotAvailable, kafka.BrokerNotAvailable,
+			kafka.ReplicaNotAvailable:
+			return refreshRetry
+		case kafka.UnknownTopicOrPartition, kafka.UnknownTopicID:
+			return unknownTopic
+		}
+		if kerr.Temporary() {
+			return retry
+		}
+		return fatal
+	}
+	switch {
+	case errors.Is(err, protocol.ErrNoTopic), errors.Is(err, protocol.ErrNoPartition):
+		// The Transport's metadata does not know the topic-partition.
+		return unknownTopic
+	default:
+		// No leader in the Transport's metadata, a network error (the
+		// leader stopped), a request timeout, or a TLS or SASL failure:
+		// refresh and retry, up to Attempts; the caller sees it then.
+		return refreshRetry
+	}
+}
+
+// advice says what to do about a non-retriable error.
+func advice(err error) string {
+	switch {
+	case errors.Is(err, kafka.MessageSizeTooLarge), errors.Is(err, kafka.RecordListTooLarge):
+		return "a record or the batch exceeds the topic's max.message.bytes or the broker's message.max.bytes; raise them"
+	case errors.Is(err, kafka.TopicAuthorizationFailed), errors.Is(err, kafka.ClusterAuthorizationFailed),
+		errors.Is(err, kafka.SASLAuthenticationFailed):
+		return "grant the worker's principal WRITE (and DESCRIBE) on the topic, or fix its credentials"
+	case errors.Is(err, kafka.InvalidTopic):
+		return "the topic name is invalid"
+	case errors.Is(err, kafka.InvalidRequiredAcks), errors.Is(err, kafka.UnsupportedVersion):
+		return "the broker does not support this producer's requests (Kafka 0.11 or newer is needed)"
+	default:
+		return "see the broker's logs"
+	}
+}
+
+// partitions returns topic's partition count, from the cache or from the
+// Transport's metadata.
+func (p *Producer) partitions(ctx context.Context, topic string) (int, error) {
+	p.mu.RLock()
+	n := p.counts[topic]
+	p.mu.RUnlock()
+	if n > 0 {
+		return n, nil
+	}
+	n, err := p.lookup(ctx, topic)
+	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		// The Transport's cached metadata may predate the topic.
+		p.refresh(ctx, p.refreshGen.Load(), topic)
+		n, err = p.lookup(ctx, topic)
+	}
+	if errors.Is(err, kafka.UnknownTopicOrPartition) {
+		return 0, fmt.Errorf("produce: topic %q does not exist: create it (joiner run --create-topics, or kafka-topics.sh --create): %w", topic, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("produce: looking up the partitions of topic %q: %w", topic, err)
+	}
+	p.mu.Lock()
+	p.counts[topic] = n
+	p.mu.Unlock()
+	return n, nil
+}
+
+func (p *Producer) lookup(ctx context.Context, topic string) (int, error) {
+	md, err := p.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			return 0, t.Error
+		}
+		if len(t.Partitions) == 0 {
+			return 0, kafka.UnknownTopicOrPartition
+		}
+		return len(t.Partitions), nil
+	}
+	return 0, kafka.UnknownTopicOrPartition
+}
+
+// refreshTopic is an invalid topic name ('!' is not allowed): the
+// validate-only CreateTopics request that refresh sends for it, with zero
+// partitions and replicas, can create nothing.
+const refreshTopic = "joiner!metadata-refresh"
+
+// refresh makes the Transport reload its cluster metadata (the partition
+// leaders) and waits for it, unless another refresh completed since gen
+// was read. It drops the cached partition count of topic.
+//
+// kafka-go's Transport has no call for this: it reloads its metadata on a
+// timer (MetadataTTL) and after every CreateTopics response, waiting for
+// the reload before it returns the response. So refresh sends a
+// validate-only CreateTopics for an invalid topic (refreshTopic): the
+// broker answers with a per-topic error (INVALID_TOPIC_EXCEPTION, or an
+// authorization error for a principal that may not create topics), creates
+// nothing, and the Transport reloads. (A request it accepted would make
+// the Transport wait for the topic to appear, here for 5 s.) When that request fails (its broker is the one
+// that stopped), the Transport's timer is the fallback; the retries
+// outlast it.
+func (p *Producer) refresh(ctx context.Context, gen uint64, topic string) {
+	p.mu.Lock()
+	delete(p.counts, topic)
+	p.mu.Unlock()
+	p.refreshMu.Lock()
+	defer p.refreshMu.Unlock()
+	if p.refreshGen.Load() != gen {
+		return // someone refreshed while we waited
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, _ = p.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		// Zero partitions and replicas are invalid too: a broker that
+		// accepts the name (kfake does) still refuses the topic.
+		Topics:       []kafka.TopicConfig{{Topic: refreshTopic, NumPartitions: 0, ReplicationFactor: 0}},
+		ValidateOnly: true,
+	})
+	p.refreshGen.Add(1)
+}
