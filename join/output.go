@@ -28,12 +28,12 @@ type alertSpan struct{ k, v, e int }
 // joinResults are the results counted per batch, in encoded.results order.
 var joinResults = [...]record.Result{record.ResultLocal, record.ResultRemote, record.ResultLate, record.ResultMiss}
 
-// add encodes a.
-func (e *encoded) add(a *record.Alert) {
+// add encodes a with enc.
+func (e *encoded) add(enc *record.AlertEncoder, a *record.Alert) {
 	k := len(e.buf)
 	e.buf = append(e.buf, a.Symbol...)
 	v := len(e.buf)
-	e.buf = record.AppendAlert(e.buf, a)
+	e.buf = enc.Append(e.buf, a)
 	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
 	for i, r := range joinResults {
 		if a.Result == r {
@@ -43,10 +43,10 @@ func (e *encoded) add(a *record.Alert) {
 	}
 }
 
-// addAll encodes alerts.
-func (e *encoded) addAll(alerts []record.Alert) {
+// addAll encodes alerts with enc.
+func (e *encoded) addAll(enc *record.AlertEncoder, alerts []record.Alert) {
 	for i := range alerts {
-		e.add(&alerts[i])
+		e.add(enc, &alerts[i])
 	}
 }
 
@@ -80,7 +80,7 @@ func (e *encoded) reset() {
 // acknowledge them, retrying until it does or ctx is done.
 func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
 	var e encoded
-	e.addAll(alerts)
+	e.addAll(w.alerts, alerts)
 	return w.writeOutWith(ctx, nil, []*encoded{&e}, dead)
 }
 

@@ -182,14 +182,14 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			e.rollback(mark)
 			return nil, err
 		}
-		e.add(&a)
+		e.add(w.alerts, &a)
 	}
 	if len(others) > 0 {
 		if err := t.joinAll(ctx, others, tasks); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
-		e.addAll(others)
+		e.addAll(w.alerts, others)
 	}
 	return dead, nil
 }

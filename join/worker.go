@@ -129,6 +129,7 @@ type Processor struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
+	alerts  *record.AlertEncoder // of this worker's alerts
 	reg     *prometheus.Registry // nil when Config.Registerer was given
 	remote  *remoteClient
 
@@ -208,7 +209,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// NewWorker validates cfg and builds a Processor.
+// NewProcessor validates cfg and builds a Processor.
 func NewProcessor(cfg Config) (*Processor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -217,6 +218,7 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	w := &Processor{
 		cfg:      cfg,
 		log:      cfg.Logger.With("instance", cfg.InstanceID),
+		alerts:   record.NewAlertEncoder(cfg.InstanceID),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},
 		procs:    map[int]*processTask{},

@@ -21,6 +21,11 @@ import (
 // the struct's field order; TestAppendAlertMatchesMarshal fills every field
 // by reflection and fails until it is done.
 func AppendAlert(dst []byte, a *Alert) []byte {
+	return appendAlertTail(appendAlertHead(dst, a), a.Result, a.Worker)
+}
+
+// appendAlertHead appends the fields of a before "result".
+func appendAlertHead(dst []byte, a *Alert) []byte {
 	dst = appendNotificationFields(dst, &a.Notification)
 	dst = append(dst, `,"notification_ts_ms":`...)
 	dst = strconv.AppendInt(dst, a.NotificationTsMs, 10)
@@ -32,11 +37,50 @@ func AppendAlert(dst []byte, a *Alert) []byte {
 		dst = append(dst, `,"price_ts_ms":`...)
 		dst = strconv.AppendInt(dst, a.PriceTsMs, 10)
 	}
+	return dst
+}
+
+// appendAlertTail appends an alert's last fields, "result" and "worker",
+// and its closing brace.
+func appendAlertTail(dst []byte, result Result, worker string) []byte {
 	dst = append(dst, `,"result":`...)
-	dst = appendJSONString(dst, string(a.Result))
+	dst = appendJSONString(dst, string(result))
 	dst = append(dst, `,"worker":`...)
-	dst = appendJSONString(dst, a.Worker)
+	dst = appendJSONString(dst, worker)
 	return append(dst, '}')
+}
+
+// AlertEncoder is AppendAlert for the alerts of one worker: an alert's
+// last fields, its result and the worker, are the same for every alert of
+// a result, so they are encoded once per result, not once per alert.
+type AlertEncoder struct {
+	worker string
+	tails  [len(results)][]byte
+}
+
+// results are the join results whose alert tails an AlertEncoder keeps.
+var results = [...]Result{ResultLocal, ResultRemote, ResultLate, ResultMiss}
+
+// NewAlertEncoder returns the AlertEncoder of the alerts of worker.
+func NewAlertEncoder(worker string) *AlertEncoder {
+	e := &AlertEncoder{worker: worker}
+	for i, r := range results {
+		e.tails[i] = appendAlertTail(nil, r, worker)
+	}
+	return e
+}
+
+// Append appends the JSON of a to dst, byte for byte what AppendAlert
+// writes.
+func (e *AlertEncoder) Append(dst []byte, a *Alert) []byte {
+	if a.Worker == e.worker {
+		for i, r := range results {
+			if a.Result == r {
+				return append(appendAlertHead(dst, a), e.tails[i]...)
+			}
+		}
+	}
+	return AppendAlert(dst, a)
 }
 
 // AppendTick appends the JSON of t to dst, byte for byte what

@@ -156,6 +156,14 @@ func checkAppendAlert(t *testing.T, a *Alert) {
 	if !bytes.Equal(got[:len(prefix)], []byte("prefix")) || !bytes.Equal(got[len(prefix):], want) {
 		t.Fatalf("AppendAlert(%+v)\n got %s\nwant %s", *a, got[len(prefix):], want)
 	}
+	// The worker's encoder (its tails encoded once), and another worker's,
+	// which falls back to AppendAlert.
+	for _, e := range []*AlertEncoder{NewAlertEncoder(a.Worker), NewAlertEncoder(a.Worker + "-other")} {
+		got := e.Append([]byte("prefix"), a)
+		if !bytes.Equal(got[:len(prefix)], []byte("prefix")) || !bytes.Equal(got[len(prefix):], want) {
+			t.Fatalf("AlertEncoder(%q).Append(%+v)\n got %s\nwant %s", e.worker, *a, got[len(prefix):], want)
+		}
+	}
 }
 
 // FuzzAppendAlert compares AppendAlert with json.Marshal on arbitrary
