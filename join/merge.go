@@ -559,9 +559,11 @@ func (m *merger) pass(ctx context.Context) error {
 		return nil
 	}
 	apply := func(recs []fetchedRecord) error {
-		if err := m.st.applyRetrying(ctx, recs, m.st.dlqFrom); err != nil {
+		ticks, err := m.st.applyTicks(ctx, recs, m.st.dlqFrom)
+		if err != nil {
 			return err
 		}
+		t.applied(ticks)
 		m.mbuf = m.mbuf[len(recs):]
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/statestore"
 )
 
 // processTask joins the notifications of partition p with prices. It owns
@@ -26,6 +27,41 @@ type processTask struct {
 	ackedTs atomic.Int64
 	// gate pauses this task's batches when it is revoked (worker.go).
 	gate *gate
+	// latest holds, for a merged task, the newest version in its store of
+	// the symbols it has joined, so that the common join (a notification
+	// newer than its symbol's newest tick) reads no store. The merge is
+	// the only writer of the store once it is restored (the state task
+	// only prunes, which keeps every newest version), and it brings
+	// latest up to date with every tick it applies (applied). Owned by
+	// the merge's goroutine.
+	latest map[string]statestore.Tick
+}
+
+// rememberLatest puts the store's newest version of symbol in t.latest.
+func (t *processTask) rememberLatest(symbol string) {
+	tick, ok, err := t.st.store.Latest(symbol)
+	if err != nil || !ok {
+		return
+	}
+	if t.latest == nil {
+		t.latest = map[string]statestore.Tick{}
+	}
+	t.latest[tick.Symbol] = tick // the store's string: symbol may alias a fetched record
+}
+
+// applied brings t.latest up to date with ticks just applied to the
+// task's store.
+func (t *processTask) applied(ticks []statestore.Tick) {
+	if len(t.latest) == 0 {
+		return
+	}
+	for _, k := range ticks {
+		c, ok := t.latest[k.Symbol]
+		if ok && (k.TimestampMs > c.TimestampMs || (k.TimestampMs == c.TimestampMs && k.Offset > c.Offset)) {
+			k.Symbol = c.Symbol // the map's own copy
+			t.latest[c.Symbol] = k
+		}
+	}
 }
 
 func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
@@ -178,9 +214,16 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			tasks = append(tasks, q)
 			continue
 		}
-		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
-			e.rollback(mark)
-			return nil, err
+		if c, ok := t.latest[a.Symbol]; ok && c.TimestampMs <= a.NotificationTsMs {
+			setPrice(&a, &price, statestore.AsOf, record.ResultLocal, c.Price, c.TimestampMs)
+		} else {
+			if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
+				e.rollback(mark)
+				return nil, err
+			}
+			if !ok && a.Price != nil {
+				t.rememberLatest(a.Symbol)
+			}
 		}
 		e.add(w.alerts, &a)
 	}

@@ -561,9 +561,16 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 // batch, failures retried with backoff. It fails only when ctx is done or
 // the store was closed.
 func (s *stateTask) applyRetrying(ctx context.Context, recs []fetchedRecord, dlqFrom int64) error {
+	_, err := s.applyTicks(ctx, recs, dlqFrom)
+	return err
+}
+
+// applyTicks is applyRetrying returning the ticks applied (the merge keeps
+// its newest versions).
+func (s *stateTask) applyTicks(ctx context.Context, recs []fetchedRecord, dlqFrom int64) ([]statestore.Tick, error) {
 	var d decodedBatch
 	s.decodeInto(&d, recs, dlqFrom)
-	return s.applyDecodedRetrying(ctx, d)
+	return d.ticks, s.applyDecodedRetrying(ctx, d)
 }
 
 // decodeInto adds recs to d: their ticks, and the malformed ones at or
