@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/fetch"
+	"github.com/joiner-dev/joiner/internal/gctune"
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/segmentio/kafka-go"
 )
@@ -49,6 +50,7 @@ func main() {
 	flag.IntVar(&partition, "partition", 0, "partition read by --consume-only")
 	flag.DurationVar(&maxWait, "fetch-max-wait", 250*time.Millisecond, "long-poll time of a fetch (joiner's default)")
 	flag.Parse()
+	gctune.Apply() // joiner's GC target: the ceiling runs as joiner does
 	if !consumeOnly && output == "" {
 		fmt.Fprintln(os.Stderr, "passthrough: --output is required (or --consume-only)")
 		os.Exit(2)

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/joiner-dev/joiner/internal/gctune"
 )
 
 // command is one subcommand. It returns the process exit status:
@@ -37,6 +39,7 @@ func commands() map[string]command {
 }
 
 func main() {
+	gctune.Apply() // the GC's target: 200% unless GOGC is set
 	os.Exit(dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
