@@ -408,7 +408,7 @@ func (m *merger) takeMarket(f fetched) {
 			m.progressed()
 		}
 		m.mRecv = time.Now()
-		m.mbuf = append(m.mbuf, f.recs...)
+		m.mbuf = appendRecords(m.mbuf, f.recs)
 	}
 }
 
@@ -427,11 +427,21 @@ func (m *merger) takeNotifications(f fetched) {
 		if len(m.nbuf) == 0 {
 			m.progressed()
 		}
-		m.nbuf = append(m.nbuf, f.recs...)
+		m.nbuf = appendRecords(m.nbuf, f.recs)
 	}
 	if f.hwm >= 0 {
 		m.lag.Set(float64(max(f.hwm-f.next, 0) + int64(len(m.nbuf))))
 	}
+}
+
+// appendRecords appends a fetch's records to a merge buffer: an empty
+// buffer takes the fetch's slice itself (the merge owns it), the usual
+// case when each pass consumes what it was given, instead of copying it.
+func appendRecords(buf, recs []fetchedRecord) []fetchedRecord {
+	if len(buf) == 0 {
+		return recs
+	}
+	return append(buf, recs...)
 }
 
 // idleExpired ends an idle wait. It first takes every batch already
