@@ -199,6 +199,13 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		price  float64
 	)
 	for _, rec := range recs {
+		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
+			k := len(e.buf)
+			e.buf = append(append(e.buf, rec.Key...), rec.Value...)
+			e.spans = append(e.spans, alertSpan{k, k + len(rec.Key), len(e.buf)})
+			e.results[0]++
+			continue
+		}
 		// The fetched value is never written again (package fetch carves
 		// it from a buffer of its own), so the notification's strings
 		// may alias it; the alert holds them until it is encoded.
