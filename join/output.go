@@ -43,6 +43,23 @@ func (e *encoded) add(enc *record.AlertEncoder, a *record.Alert) {
 	}
 }
 
+// alertOverhead is about what an alert adds to its notification's JSON:
+// its key, timestamps, price, result and the worker's name aside.
+const alertOverhead = 120
+
+// grow makes room for the alerts of recs (a worker's alerts, whose name is
+// workerLen bytes long) at once, instead of the buffers doubling many
+// times while a chunk is encoded: most of a new buffer's cost under a
+// backlog, before buffers are reused.
+func (e *encoded) grow(recs []fetchedRecord, workerLen int) {
+	n := 0
+	for i := range recs {
+		n += 2*len(recs[i].Key) + len(recs[i].Value) + alertOverhead + workerLen
+	}
+	e.buf = slices.Grow(e.buf, n)
+	e.spans = slices.Grow(e.spans, len(recs))
+}
+
 // addAll encodes alerts with enc.
 func (e *encoded) addAll(enc *record.AlertEncoder, alerts []record.Alert) {
 	for i := range alerts {

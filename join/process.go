@@ -192,6 +192,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts := w.partitions()
 	mark := e.mark()
+	e.grow(recs, len(w.cfg.InstanceID))
 	var (
 		dead   []deadLetter
 		others []record.Alert
