@@ -41,19 +41,15 @@ func (m *Manager) Held() (map[int]int64, error) {
 			out[p] = s.AppliedOffset() + 1
 		}
 	}
-	var onDisk []int
-	for _, d := range m.opts.Dirs {
-		ts, err := m.tasksIn(d)
-		if err != nil {
-			return nil, err
-		}
-		onDisk = append(onDisk, ts...)
-	}
+	rebuilt := make([]int, 0, len(m.override)) // dirs chosen by Rebuild
 	for p := range m.override {
-		onDisk = append(onDisk, p)
+		rebuilt = append(rebuilt, p)
 	}
-	slices.Sort(onDisk)
-	for _, p := range slices.Compact(onDisk) {
+	onDisk, err := m.tasksLocked(rebuilt)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range onDisk {
 		if _, open := m.open[p]; open {
 			continue
 		}

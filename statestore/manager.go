@@ -441,7 +441,13 @@ func (m *Manager) RemoveTask(task int) error {
 func (m *Manager) Tasks() ([]int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var tasks []int
+	return m.tasksLocked(nil)
+}
+
+// tasksLocked returns the tasks that have a dir in some state dir and the
+// extra ones given, ascending, without repeats. m.mu must be held.
+func (m *Manager) tasksLocked(extra []int) ([]int, error) {
+	tasks := extra
 	for _, d := range m.opts.Dirs {
 		ts, err := m.tasksIn(d)
 		if err != nil {
