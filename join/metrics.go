@@ -105,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		RemoteLookupErrs: f.NewCounter(prometheus.CounterOpts{
 			Name: "joiner_remote_lookup_errors_total",
-			Help: "Remote price lookups that failed after retries (the join counts as a miss).",
+			Help: "Remote price lookups that failed (the batch is retried; a failed lookup never becomes an alert).",
 		}),
 		CommitErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "joiner_commit_errors_total",
