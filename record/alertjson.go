@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 	"unsafe"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // AppendAlert appends the JSON of a to dst and returns the extended slice:
@@ -294,38 +292,4 @@ func appendJSONString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
-}
-
-// AppendAlertMessages appends one alerts-topic message per alert to msgs:
-// key the symbol, value AppendAlert's JSON. Every key and value is carved
-// from one buffer sized for the batch (one allocation per batch, not two
-// per alert); each is capped, so no two share spare capacity.
-func AppendAlertMessages(msgs []kafka.Message, topic string, alerts []Alert) []kafka.Message {
-	msgs, _ = AppendAlertMessagesTo(msgs, nil, topic, alerts)
-	return msgs
-}
-
-// AppendAlertMessagesTo is AppendAlertMessages carving the keys and values
-// from buf when it is large enough (its contents are overwritten), and
-// returns the buffer used: the caller may pass it again once the messages
-// are written and no longer referenced, so that a steady writer allocates
-// nothing per batch.
-func AppendAlertMessagesTo(msgs []kafka.Message, buf []byte, topic string, alerts []Alert) ([]kafka.Message, []byte) {
-	size := 0
-	for i := range alerts {
-		size += 2*len(alerts[i].Symbol) + len(alerts[i].ID) + len(alerts[i].User) + len(alerts[i].Text) + len(alerts[i].Worker) + 160
-	}
-	if cap(buf) < size {
-		buf = make([]byte, 0, size)
-	}
-	buf = buf[:0]
-	for i := range alerts {
-		a := &alerts[i]
-		k := len(buf)
-		buf = append(buf, a.Symbol...)
-		v := len(buf)
-		buf = AppendAlert(buf, a)
-		msgs = append(msgs, kafka.Message{Topic: topic, Key: buf[k:v:v], Value: buf[v:len(buf):len(buf)]})
-	}
-	return msgs, buf
 }

@@ -8,8 +8,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/segmentio/kafka-go"
 )
 
 func float(f float64) *float64 { return &f }
@@ -181,62 +179,6 @@ func FuzzAppendAlert(f *testing.F) {
 		}
 		checkAppendAlert(t, &a)
 	})
-}
-
-// TestAppendAlertMessages: one message per alert, keyed by symbol, valued
-// json.Marshal's bytes, and no two messages share memory even when the
-// batch buffer had to grow (escapes make values longer than estimated).
-func TestAppendAlertMessages(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{0, 1, 7, 300} {
-		alerts := make([]Alert, n)
-		for i := range alerts {
-			fill(t, r, reflect.ValueOf(&alerts[i]).Elem(), "Alert")
-			if i%3 == 0 {
-				alerts[i].Text = strings.Repeat("<&>", 200) // 6x longer escaped
-			}
-		}
-		msgs := AppendAlertMessages([]kafka.Message{{Topic: "other"}}, "alerts", alerts)
-		if len(msgs) != n+1 || msgs[0].Topic != "other" {
-			t.Fatalf("%d messages, first %q; want %d after the one given", len(msgs), msgs[0].Topic, n+1)
-		}
-		for i, m := range msgs[1:] {
-			want, _ := json.Marshal(&alerts[i])
-			if m.Topic != "alerts" || string(m.Key) != alerts[i].Symbol || !bytes.Equal(m.Value, want) {
-				t.Fatalf("message %d = %q %q %s; want alerts %q %s", i, m.Topic, m.Key, m.Value, alerts[i].Symbol, want)
-			}
-			// Appending to one must not overwrite the next.
-			_ = append(m.Key, 'X')
-			_ = append(m.Value, 'X')
-		}
-		for i, m := range msgs[1:] {
-			want, _ := json.Marshal(&alerts[i])
-			if string(m.Key) != alerts[i].Symbol || !bytes.Equal(m.Value, want) {
-				t.Fatalf("message %d changed by appending to another", i)
-			}
-		}
-	}
-}
-
-// AppendAlertMessagesTo writes into the buffer it is given when that is
-// large enough (no allocation), and the messages are right either way.
-func TestAppendAlertMessagesToReusesTheBuffer(t *testing.T) {
-	alerts := []Alert{{Notification: Notification{ID: "n1", Symbol: "BBCA"}, Result: ResultMiss, Worker: "w"},
-		{Notification: Notification{ID: "n2", Symbol: "TLKM", Text: "<b>"}, Result: ResultMiss, Worker: "w"}}
-	buf := make([]byte, 0, 4096)
-	msgs, got := AppendAlertMessagesTo(nil, buf, "alerts", alerts)
-	if &got[:1][0] != &buf[:1][0] {
-		t.Error("a large enough buffer was not used")
-	}
-	for i, m := range msgs {
-		want, _ := json.Marshal(&alerts[i])
-		if string(m.Key) != alerts[i].Symbol || !bytes.Equal(m.Value, want) {
-			t.Fatalf("message %d = %q %s; want %q %s", i, m.Key, m.Value, alerts[i].Symbol, want)
-		}
-	}
-	if n := testing.AllocsPerRun(10, func() { msgs, buf = AppendAlertMessagesTo(msgs[:0], buf, "alerts", alerts) }); n != 0 {
-		t.Errorf("%v allocations per batch with a reused buffer and slice; want 0", n)
-	}
 }
 
 // TestAppendJSONFloatMatchesMarshal: the float formatter, its fast path

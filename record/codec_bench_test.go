@@ -3,8 +3,6 @@ package record
 import (
 	"encoding/json"
 	"testing"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // Benchmarks of the per-record codec work (go test -run x -bench . -benchmem
@@ -101,45 +99,6 @@ func BenchmarkEncodeAlert(b *testing.B) {
 			n = len(out)
 		}
 		b.SetBytes(int64(n))
-	})
-}
-
-// BenchmarkAlertMessages: building the messages of a batch of 5,000
-// alerts with AppendAlertMessages (a fresh buffer per batch), with
-// AppendAlertMessagesTo reusing the buffer and message slice as the
-// outbox does, and with a key copy and json.Marshal per alert. The
-// ns/alert metric is per alert.
-func BenchmarkAlertMessages(b *testing.B) {
-	alerts := make([]Alert, 5000)
-	for i := range alerts {
-		alerts[i] = benchAlert
-	}
-	b.Run("appendAlertMessages", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = AppendAlertMessages(make([]kafka.Message, 0, len(alerts)), "alerts", alerts)
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(alerts)), "ns/alert")
-	})
-	b.Run("appendAlertMessagesTo/reused", func(b *testing.B) {
-		b.ReportAllocs()
-		var buf []byte
-		msgs := make([]kafka.Message, 0, len(alerts))
-		for b.Loop() {
-			msgs, buf = AppendAlertMessagesTo(msgs[:0], buf, "alerts", alerts)
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(alerts)), "ns/alert")
-	})
-	b.Run("json.Marshal", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			msgs := make([]kafka.Message, 0, len(alerts))
-			for i := range alerts {
-				a := &alerts[i]
-				msgs = append(msgs, kafka.Message{Topic: "alerts", Key: []byte(a.Symbol), Value: mustJSON(a)})
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(alerts)), "ns/alert")
 	})
 }
 
