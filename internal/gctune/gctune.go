@@ -5,12 +5,17 @@
 // A worker's heap is mostly short-lived buffers: fetched records and the
 // alerts being written. With Go's default target (GOGC=100) a small heap is
 // collected often, and on a host with two cores the collector's dedicated
-// worker takes one of them for each cycle. With a target of 200,
-// scripts/bench measured about a tenth less CPU per notification for
+// worker takes one of them for each cycle. With a target of 200, the
+// drain of bin/bench measured about a tenth less CPU per notification for
 // joiner and the pass-through alike (joiner 2.8–3.2 µs against 3.3–3.5 µs
-// on the 300,000-notification drain, in alternating runs), and `joiner
-// demo` with 1,000,000 notifications peaked at 208 MiB instead of about
-// 155 MiB.
+// on the 300,000-notification drain, in runs alternating with ones under
+// GOGC=100:
+//
+//	bin/bench --brokers HOST:PORT --figures drain --contestants joiner-1w,passthrough
+//	GOGC=100 bin/bench --brokers HOST:PORT --figures drain --contestants joiner-1w,passthrough
+//
+// ), and `joiner demo` with 1,000,000 notifications peaked at 208 MiB
+// instead of about 155 MiB.
 package gctune
 
 import (
