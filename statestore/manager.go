@@ -334,13 +334,16 @@ func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
 const memTableBytes = 32 << 20
 
 func (m *Manager) openStore(task int, dir string) (*Store, error) {
-	db, err := pebble.Open(dir, &pebble.Options{
+	popts := &pebble.Options{
 		Cache:         m.cache,
 		MemTableSize:  memTableBytes,
 		FS:            m.fs,
 		Logger:        pebbleLogger{l: m.log.With("task", task), fatal: func(msg string) { m.corruption(task, dir, msg) }},
 		EventListener: m.eventListener(task, dir),
-	})
+	}
+	popts.EnsureDefaults() // what Open would use; Loader's tables are written with them
+	m.removeLoadTables(task, dir)
+	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open task %d in %s: %w", task, dir, err)
 	}
@@ -357,7 +360,7 @@ func (m *Manager) openStore(task int, dir string) (*Store, error) {
 	if m.opts.Sync {
 		wo = pebble.Sync
 	}
-	s := &Store{task: task, dir: dir, mgr: m, db: db, sync: wo}
+	s := &Store{task: task, dir: dir, mgr: m, db: db, popts: popts, sync: wo}
 	s.applied.Store(off)
 	return s, nil
 }

@@ -67,6 +67,9 @@ type Store struct {
 	dir  string
 	mgr  *Manager
 	sync *pebble.WriteOptions
+	// popts are the options the DB was opened with (Loader writes tables
+	// with them).
+	popts *pebble.Options
 
 	mu      sync.RWMutex // write-locked only by Close
 	db      *pebble.DB   // nil once closed
