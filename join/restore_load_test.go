@@ -1,0 +1,190 @@
+package join
+
+import (
+	"cmp"
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/statestore"
+	"github.com/segmentio/kafka-go"
+)
+
+// restoreMode sets how the restores of a test write the store: "apply"
+// (batch by batch), "load" (one bulk load) or "load-in-parts" (a bulk
+// load committed every few ticks).
+func restoreMode(t *testing.T, mode string) {
+	min, maxTicks := restoreLoadMin, restoreLoadMaxTicks
+	t.Cleanup(func() { restoreLoadMin, restoreLoadMaxTicks = min, maxTicks })
+	switch mode {
+	case "apply":
+		restoreLoadMin = math.MaxInt64
+	case "load":
+		restoreLoadMin = 1
+	case "load-in-parts":
+		restoreLoadMin, restoreLoadMaxTicks = 1, 4
+	default:
+		t.Fatalf("restore mode %q", mode)
+	}
+}
+
+var restoreModes = []string{"apply", "load", "load-in-parts"}
+
+// restoreRig is a state task of market-0 over a fake fetcher, its store
+// and its writer of dead letters.
+type restoreRig struct {
+	f   *fakeFetcher
+	out *fakeWriter
+	st  *stateTask
+}
+
+func newRestoreRig(t *testing.T, fetcher func(*fakeFetcher) Fetcher) *restoreRig {
+	f := newFakeFetcher()
+	stores, err := statestore.Open(statestore.Options{Dirs: []string{t.TempDir()}, Group: "g", CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stores.Close() })
+	out := &fakeWriter{}
+	w, err := NewProcessor(Config{Client: fetcher(f), Writer: out, Stores: stores, InstanceID: "w",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := stores.OpenTask(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStateTask(w, 0, store, true)
+	t.Cleanup(func() { st.close() })
+	return &restoreRig{f: f, out: out, st: st}
+}
+
+// TestRestoreStoresEveryTick restores a partition of 40 records, two of
+// them malformed, every way: the store must hold each valid tick as a
+// version, at the applied offset of the last record, the reader must be
+// after it, and the malformed records must be dead-lettered.
+func TestRestoreStoresEveryTick(t *testing.T) {
+	for _, mode := range restoreModes {
+		t.Run(mode, func(t *testing.T) {
+			restoreMode(t, mode)
+			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return chunkFetcher{f, 3} })
+			syms := []string{"A", "AB", "B", "ABC"}
+			var want []statestore.Tick
+			for off := range int64(40) {
+				sym := syms[off%4]
+				ts := 1000 + off*10
+				if off%5 == 0 {
+					ts -= 35 // older than the ticks before it
+				}
+				if off == 7 || off == 23 {
+					rig.f.produce("market", 0, ts, sym, `{"symbol":"`+sym+`"}`)
+					continue
+				}
+				price := float64(off) + 0.5
+				rig.f.produce("market", 0, ts, sym, tickJSON(sym, price))
+				want = append(want, statestore.Tick{Symbol: sym, Price: price, TimestampMs: ts, Offset: off})
+			}
+			r := newPartitionReader(rig.st.w.cfg.Client, "market", 0, 0, time.Millisecond)
+			n, ok := rig.st.restore(context.Background(), r, 40, 0, rig.st.w.log)
+			if !ok || n != 40 || rig.st.appliedOffset() != 39 || r.next != 40 {
+				t.Fatalf("restore: ok %v, %d records, applied offset %d, reader at %d; want true, 40, 39 and 40", ok, n, rig.st.appliedOffset(), r.next)
+			}
+			var got []statestore.Tick
+			for _, sym := range syms {
+				h, err := rig.st.store.History(sym)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, h...)
+			}
+			byOffset := func(a, b statestore.Tick) int { return cmp.Compare(a.Offset, b.Offset) }
+			slices.SortFunc(got, byOffset)
+			if !slices.Equal(got, want) {
+				t.Fatalf("stored %d versions:\n%v\nwant %d:\n%v", len(got), got, len(want), want)
+			}
+			if dead := rig.out.byTopic(record.DefaultDeadLetterTopic); len(dead) != 2 {
+				t.Fatalf("%d dead letters, want 2", len(dead))
+			}
+		})
+	}
+}
+
+// stallFetcher answers fetches from offset stallAt on with nothing until
+// the fetch's context ends.
+type stallFetcher struct {
+	chunkFetcher
+	stallAt int64
+}
+
+func (s stallFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error) {
+	if req.Offset >= s.stallAt {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.chunkFetcher.Fetch(ctx, req)
+}
+
+// TestStoppedRestoreResumesAfterWhatIsStored stops a restore halfway: the
+// reader must be left after the last record the store holds, so that the
+// restore goes on from there: after what was applied, or, for a bulk
+// load, where the restore began (a load is stored only when it is
+// committed).
+func TestStoppedRestoreResumesAfterWhatIsStored(t *testing.T) {
+	for _, tc := range []struct {
+		mode                   string
+		minApplied, maxApplied int64
+	}{
+		{"apply", 9, 9},
+		{"load", -1, -1},
+		// Committed every 4 ticks or more: after 4 to 10 of them.
+		{"load-in-parts", 3, 9},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			restoreMode(t, tc.mode)
+			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return stallFetcher{chunkFetcher{f, 2}, 10} })
+			for off := range int64(20) {
+				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)))
+			}
+			r := newPartitionReader(rig.st.w.cfg.Client, "market", 0, 0, time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan bool)
+			go func() {
+				_, ok := rig.st.restore(ctx, r, 20, 0, rig.st.w.log)
+				done <- ok
+			}()
+			waitFor(t, "10 records read", func() bool {
+				rig.st.pmu.Lock()
+				defer rig.st.pmu.Unlock()
+				return rig.st.next >= 10
+			})
+			cancel()
+			if <-done {
+				t.Fatal("a stopped restore reported success")
+			}
+			if got := rig.st.appliedOffset(); got < tc.minApplied || got > tc.maxApplied || r.next != got+1 {
+				t.Fatalf("applied offset %d, reader at %d; want the offset in [%d, %d] and the reader after it", got, r.next, tc.minApplied, tc.maxApplied)
+			}
+		})
+	}
+}
+
+// TestJoinAndCommitOnFakesBulkRestore is TestJoinAndCommitOnFakes with
+// the task's market restored by a bulk load.
+func TestJoinAndCommitOnFakesBulkRestore(t *testing.T) {
+	restoreMode(t, "load")
+	TestJoinAndCommitOnFakes(t)
+}
+
+// TestKeptTaskRunsThroughRebalanceBulkRestore is
+// TestKeptTaskRunsThroughRebalance with the tasks' markets restored by a
+// bulk load.
+func TestKeptTaskRunsThroughRebalanceBulkRestore(t *testing.T) {
+	restoreMode(t, "load")
+	TestKeptTaskRunsThroughRebalance(t)
+}
