@@ -3,6 +3,7 @@ package statestore
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -222,5 +223,38 @@ func TestLoaderTablesLeftByACrashAreRemoved(t *testing.T) {
 	defer s.Close()
 	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("%s: %v, want it deleted", left, err)
+	}
+}
+
+// TestSymbolIndex fills the index with symbols whose hashes collide (in
+// the top half that the slots keep, and in the slot they start from), as
+// well as distinct ones, growing it several times: each symbol must be
+// found as its own group, and a symbol never added must not be.
+func TestSymbolIndex(t *testing.T) {
+	x := symbolIndex{seed: maphash.MakeSeed()}
+	var groups []loadGroup
+	for i := range 5000 {
+		sym := fmt.Sprintf("S%d", i)
+		h := uint64(i%7)<<32 | 3 // 7 hashes for all of them
+		if i%2 == 0 {
+			h = x.hash(sym)
+		}
+		if _, ok := x.find(groups, sym, h); ok {
+			t.Fatalf("%s found before it was added", sym)
+		}
+		groups = append(groups, loadGroup{sym: sym, hash: h})
+		x.insert(groups, int32(i))
+	}
+	for i, g := range groups {
+		if got, ok := x.find(groups, g.sym, g.hash); !ok || got != int32(i) {
+			t.Fatalf("find(%s) = %d, %v; want %d", g.sym, got, ok, i)
+		}
+		if _, ok := x.find(groups, g.sym+"x", g.hash); ok {
+			t.Fatalf("find(%sx), never added, with the hash of %s: found", g.sym, g.sym)
+		}
+	}
+	x.reset()
+	if _, ok := x.find(groups, "S1", groups[1].hash); ok {
+		t.Fatal("found after reset")
 	}
 }
