@@ -63,12 +63,17 @@ func (b *bench) drain(ctx context.Context, contestants []string) error {
 	say("drain: producing the backlog with joiner loadgen: %d symbols × %d ticks and × %d notifications", c.symbols, c.ticks, c.notifications)
 	out, err := exec.CommandContext(ctx, c.joiner, "loadgen", "--brokers", c.brokers, "--market-topic", market, "--notifications-topic", notifications,
 		"--symbols", strconv.Itoa(c.symbols), "--ticks-per-symbol", strconv.Itoa(c.ticks), "--notifications-per-symbol", strconv.Itoa(c.notifications),
-		"--run-id", "bench").CombinedOutput()
+		"--run-id", backlogRunID).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("joiner loadgen: %w: %s", err, out)
 	}
 	n := int64(c.symbols * c.notifications)
 	b.res.backlog = fmt.Sprintf("%d symbols × %d ticks (%d ticks) and %d notifications, %d partitions", c.symbols, c.ticks, c.symbols*c.ticks, n, c.partitions)
+	if slices.Contains(contestants, "passthrough-alertsize") {
+		s := backlogAlertSize(c.symbols, c.ticks, c.notifications, time.Now().UnixMilli())
+		b.res.alertSize = &s
+		say("drain: passthrough-alertsize pads every value with %d bytes: mean alert %.1f bytes, mean notification %.1f bytes", s.Pad, s.Alert, s.Notification)
+	}
 	for round := 1; round <= c.rounds; round++ {
 		for _, name := range contestants {
 			r, err := b.drainOnce(ctx, name, round, market, notifications, n)
@@ -101,9 +106,16 @@ func (b *bench) drainOnce(ctx context.Context, name string, round int, market, n
 			workers = 2
 		}
 		ps, r.Ready, err = b.startJoiners(ctx, workers, id, market, notifications, output)
-	case "passthrough":
+	case "passthrough", "passthrough-alertsize":
+		args := []string{c.passthrough, "--brokers", c.brokers, "--input", notifications, "--output", output}
+		if name == "passthrough-alertsize" {
+			if b.res.alertSize == nil {
+				return r, fmt.Errorf("%s: the alert size of the backlog is not computed", name)
+			}
+			args = append(args, "--pad-bytes", strconv.Itoa(b.res.alertSize.Pad))
+		}
 		var p *proc
-		p, err = start(id, filepath.Join(b.workDir, id+".log"), nil, c.passthrough, "--brokers", c.brokers, "--input", notifications, "--output", output)
+		p, err = start(id, filepath.Join(b.workDir, id+".log"), nil, args...)
 		if err == nil {
 			ps = []*proc{p}
 			r.Ready, err = p.waitReady(ctx, 2*time.Minute)
@@ -117,7 +129,7 @@ func (b *bench) drainOnce(ctx context.Context, name string, round int, market, n
 		}
 		defer b.deleteInternalTopics(context.WithoutCancel(ctx), id)
 	default:
-		return r, fmt.Errorf("unknown contestant %q (joiner-1w, joiner-2w, passthrough, kstreams)", name)
+		return r, fmt.Errorf("unknown contestant %q (joiner-1w, joiner-2w, passthrough, passthrough-alertsize, kstreams)", name)
 	}
 	if err != nil {
 		stopAll(ps)

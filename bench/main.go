@@ -73,7 +73,7 @@ func main() {
 	flag.StringVar(&cfg.kstreamsJar, "kstreams-jar", "", "Kafka Streams contestant jar (empty: skip it)")
 	flag.StringVar(&cfg.java, "java", "java", "java binary for the Kafka Streams contestant")
 	flag.StringVar(&figures, "figures", "drain,latency,restore,demo", "figures to measure, comma-separated: drain, latency, restore, demo")
-	flag.StringVar(&contestants, "contestants", "joiner-1w,joiner-2w,passthrough,kstreams", "drain contestants, in round order")
+	flag.StringVar(&contestants, "contestants", "joiner-1w,joiner-2w,passthrough,kstreams", "drain contestants, in round order: joiner-1w, joiner-2w, passthrough, passthrough-alertsize (the pass-through with values padded to the mean alert size), kstreams")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds of each drain contestant (at least 3 for a median)")
 	flag.IntVar(&cfg.partitions, "partitions", 6, "partitions of the drain and latency topics")
 	flag.IntVar(&cfg.symbols, "symbols", 1000, "drain backlog: symbols")
@@ -197,7 +197,7 @@ func (b *bench) joinerArgs(group, instance string, port int, market, notificatio
 func (b *bench) startJoiners(ctx context.Context, n int, group, market, notifications, alerts string) ([]*proc, time.Time, error) {
 	var ps []*proc
 	for i := range n {
-		inst := fmt.Sprintf("w%d", i+1)
+		inst := workerID(i)
 		p, err := start(group+"-"+inst, filepath.Join(b.workDir, group+"-"+inst+".log"), nil, b.joinerArgs(group, inst, b.cfg.httpPort+i, market, notifications, alerts)...)
 		if err != nil {
 			stopAll(ps)

@@ -15,11 +15,13 @@ import (
 type results struct {
 	env     []string
 	backlog string
-	drain   []drainRound
-	latency []latencyRound
-	restore []restoreRound
-	demo    *demoRun
-	profile string // CPU profile file, if taken
+	// alertSize sizes passthrough-alertsize, when it runs.
+	alertSize *alertSize
+	drain     []drainRound
+	latency   []latencyRound
+	restore   []restoreRound
+	demo      *demoRun
+	profile   string // CPU profile file, if taken
 }
 
 // environment describes the machine and the run.
@@ -75,7 +77,7 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-var order = []string{"joiner-1w", "joiner-2w", "passthrough", "kstreams"}
+var order = []string{"joiner-1w", "joiner-2w", "passthrough", "passthrough-alertsize", "kstreams"}
 
 func (r *results) byContestant() (names []string, m map[string][]drainRound) {
 	m = map[string][]drainRound{}
@@ -122,9 +124,17 @@ func (r *results) ratioLines() []string {
 		out = append(out, fmt.Sprintf("%s: %s of medians; per round %s", what, ratio(med), spreadOf(pairRatios(m[a], m[b])).format(ratio)))
 	}
 	add("joiner-1w", "passthrough", "joiner 1 worker / kafka-go pass-through (target ≥ 0.8)")
+	add("joiner-1w", "passthrough-alertsize", "joiner 1 worker / alert-sized pass-through")
+	add("passthrough-alertsize", "passthrough", "alert-sized pass-through / kafka-go pass-through")
 	add("joiner-1w", "kstreams", "joiner 1 worker / Kafka Streams (target ≥ 4)")
 	add("joiner-2w", "joiner-1w", "joiner 2 workers / 1 worker")
 	return out
+}
+
+// line states the padding and the means it comes from.
+func (a alertSize) line() string {
+	return fmt.Sprintf("pass-through values padded with %d bytes = mean alert %.1f bytes − mean notification %.1f bytes (%.2f× the bytes)",
+		a.Pad, a.Alert, a.Notification, a.Alert/a.Notification)
 }
 
 // summary is what the command prints at the end: every figure.
@@ -133,13 +143,20 @@ func (r *results) summary() string {
 	names, m := r.byContestant()
 	if len(names) > 0 {
 		fmt.Fprintf(&b, "drain throughput (%s), median (min–max) of %d rounds:\n", r.backlog, len(m[names[0]]))
+		width := 12 // the width of the default contestants' column
+		for _, n := range names {
+			width = max(width, len(n))
+		}
 		for _, n := range names {
 			rs := m[n]
-			fmt.Fprintf(&b, "  %-12s %s notifications/s; first output %s after ready; ready %s after start; CPU %s per notification\n", n,
+			fmt.Fprintf(&b, "  %-*s %s notifications/s; first output %s after ready; ready %s after start; CPU %s per notification\n", width, n,
 				spreadOf(collect(rs, drainRound.Rate)).format(rate),
 				spreadOf(collect(rs, func(d drainRound) float64 { return d.First.Sub(d.Ready).Seconds() })).format(secs),
 				spreadOf(collect(rs, func(d drainRound) float64 { return d.Ready.Sub(d.Start).Seconds() })).format(secs),
 				spreadOf(collect(rs, drainRound.CPUPerRecordMicros)).format(micros))
+		}
+		if a := r.alertSize; a != nil && len(m["passthrough-alertsize"]) > 0 {
+			fmt.Fprintf(&b, "  %s\n", a.line())
 		}
 		for _, l := range r.ratioLines() {
 			fmt.Fprintf(&b, "  %s\n", l)
@@ -220,6 +237,9 @@ func (r *results) write(c config) (string, error) {
 			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %.2f µs | %d MiB |\n", d.Contestant, d.Round, d.N,
 				secs(d.Ready.Sub(d.Start).Seconds()), secs(d.First.Sub(d.Ready).Seconds()), secs(d.Last.Sub(d.Ready).Seconds()), d.Rate(),
 				d.CPU.Round(time.Millisecond), d.CPUPerRecordMicros(), d.MaxRSSKiB>>10)
+		}
+		if a := r.alertSize; a != nil && len(m["passthrough-alertsize"]) > 0 {
+			fmt.Fprintf(&b, "\npassthrough-alertsize: %s. The alerts are joiner-1w's for this backlog, encoded with record.AppendAlert: result local with each symbol's last price (miss, no price, when the backlog has no ticks), 13-digit notification_ts_ms and price_ts_ms, worker %q.\n", a.line(), workerID(0))
 		}
 		b.WriteString("\nRatios (within this run):\n\n")
 		for _, l := range r.ratioLines() {

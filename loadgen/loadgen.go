@@ -136,17 +136,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	total := cfg.Symbols*(cfg.TicksPerSymbol+cfg.NotificationsPerSymbol) + cfg.Malformed
 	p := &producer{w: w, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now(), retryTimeout: cfg.RetryTimeout}
 	sum := Summary{LastPrice: make(map[string]float64, len(syms))}
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6a6f696e6572))
-
-	price := make([]float64, len(syms))
-	for i := range price {
-		price[i] = float64(1000 + rng.IntN(9000))
-	}
+	prices := newWalk(cfg.Seed, len(syms))
 	for k := 0; k < cfg.TicksPerSymbol; k++ {
 		for i, s := range syms {
-			price[i] = math.Round(price[i]*(1+(rng.Float64()-0.5)/50)*100) / 100
-			sum.LastPrice[s] = price[i]
-			v := record.AppendTick(nil, record.Tick{Symbol: s, Price: price[i]})
+			price := prices.tick(i)
+			sum.LastPrice[s] = price
+			v := record.AppendTick(nil, record.Tick{Symbol: s, Price: price})
 			if err := p.add(ctx, kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}); err != nil {
 				return sum, err
 			}
@@ -159,14 +154,14 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	for k := 0; k < cfg.NotificationsPerSymbol; k++ {
 		for i, s := range syms {
-			id := fmt.Sprintf("n%s-%s-%d", cfg.RunID, s, k)
-			v := record.AppendNotification(nil, &record.Notification{ID: id, User: fmt.Sprintf("u%d", (i+k)%97), Symbol: s, Text: s + " moved"})
+			n := NotificationOf(cfg.RunID, syms, i, k)
+			v := record.AppendNotification(nil, &n)
 			if err := p.add(ctx, kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}); err != nil {
 				return sum, err
 			}
 			sum.Notifications++
 			if !cfg.DropIDs {
-				sum.NotificationIDs = append(sum.NotificationIDs, id)
+				sum.NotificationIDs = append(sum.NotificationIDs, n.ID)
 			}
 		}
 	}
@@ -187,6 +182,55 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	fmt.Fprintf(cfg.Progress, "loadgen: done: %d ticks, %d notifications, %d malformed in %s (%.0f records/s); %d records retried\n",
 		sum.Ticks, sum.Notifications, sum.Malformed, sum.Elapsed.Round(time.Millisecond), rate, sum.Retried)
 	return sum, nil
+}
+
+// NotificationOf is the k-th notification (from 0) Run produces for
+// symbol i of syms, with cfg.RunID runID.
+func NotificationOf(runID string, syms []string, i, k int) record.Notification {
+	s := syms[i]
+	return record.Notification{ID: fmt.Sprintf("n%s-%s-%d", runID, s, k), User: fmt.Sprintf("u%d", (i+k)%97), Symbol: s, Text: s + " moved"}
+}
+
+// LastPrices are the last prices Run produces for each of n symbols (in
+// the order of Symbols(n)) with ticksPerSymbol ticks each and cfg.Seed
+// seed (0: the default); nil when there are no ticks.
+func LastPrices(n, ticksPerSymbol int, seed uint64) []float64 {
+	if ticksPerSymbol <= 0 || n <= 0 {
+		return nil
+	}
+	if seed == 0 {
+		seed = 1
+	}
+	w := newWalk(seed, n)
+	out := make([]float64, n)
+	for range ticksPerSymbol {
+		for i := range out {
+			out[i] = w.tick(i)
+		}
+	}
+	return out
+}
+
+// walk is the random walk of the symbols' prices: a start between 1000
+// and 9999, then each tick moves by up to ±1%, rounded to cents.
+type walk struct {
+	rng   *rand.Rand
+	price []float64
+}
+
+func newWalk(seed uint64, n int) *walk {
+	w := &walk{rng: rand.New(rand.NewPCG(seed, 0x6a6f696e6572)), price: make([]float64, n)}
+	for i := range w.price {
+		w.price[i] = float64(1000 + w.rng.IntN(9000))
+	}
+	return w
+}
+
+// tick moves symbol i's price and returns it. Ticks must come in Run's
+// order (every symbol once per round) for the same prices.
+func (w *walk) tick(i int) float64 {
+	w.price[i] = math.Round(w.price[i]*(1+(w.rng.Float64()-0.5)/50)*100) / 100
+	return w.price[i]
 }
 
 // NewWriter returns a writer partitioning by murmur2, acknowledged by all

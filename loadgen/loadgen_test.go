@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -97,5 +98,62 @@ func TestRatePacesTheRun(t *testing.T) {
 	// 40 records at 100/s take about 0.4 s.
 	if el := time.Since(start); el < 300*time.Millisecond {
 		t.Errorf("%d records at 100/s took %s", sum.Records(), el)
+	}
+}
+
+// LastPrices and NotificationOf describe what Run produces (scripts/bench
+// sizes its alert-sized pass-through from them): the last tick of every
+// symbol and every notification's value, byte for byte.
+func TestLastPricesAndNotificationOfMatchRun(t *testing.T) {
+	const P = 3
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(P, "market", "notifications"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const symbols, ticks, notes = 12, 4, 3
+	sum, err := Run(context.Background(), Config{Brokers: c.ListenAddrs(), Symbols: symbols, TicksPerSymbol: ticks, NotificationsPerSymbol: notes, RunID: "r7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms := Symbols(symbols)
+	last := LastPrices(symbols, ticks, 0)
+	if len(last) != symbols {
+		t.Fatalf("LastPrices: %d prices; want %d", len(last), symbols)
+	}
+	for i, s := range syms {
+		if last[i] != sum.LastPrice[s] {
+			t.Errorf("LastPrices[%d] (%s) = %v; Run's last price is %v", i, s, last[i], sum.LastPrice[s])
+		}
+	}
+	if LastPrices(symbols, 0, 0) != nil {
+		t.Errorf("LastPrices with no ticks is not nil")
+	}
+	client := &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Timeout: 5 * time.Second}
+	got := map[string]int{}
+	for p := range P {
+		res, err := client.Fetch(context.Background(), &kafka.FetchRequest{Topic: "notifications", Partition: p, Offset: 0, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			rec, err := res.Records.ReadRecord()
+			if err != nil {
+				break
+			}
+			v, _ := kafka.ReadAll(rec.Value)
+			got[string(v)]++
+		}
+	}
+	if len(got) != symbols*notes {
+		t.Fatalf("%d distinct notifications read; want %d", len(got), symbols*notes)
+	}
+	for i := range syms {
+		for k := range notes {
+			n := NotificationOf("r7", syms, i, k)
+			if v := record.AppendNotification(nil, &n); got[string(v)] != 1 {
+				t.Errorf("NotificationOf(r7, %d, %d) = %s: produced %d times; want once", i, k, v, got[string(v)])
+			}
+		}
 	}
 }

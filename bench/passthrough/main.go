@@ -9,6 +9,11 @@
 // acknowledgement. It prints "ready UNIX_MS" when the first fetches start and runs
 // until SIGTERM or SIGINT.
 //
+// With --pad-bytes N every copied value gets N trailing ASCII spaces (a
+// JSON value stays valid JSON): the same client work with an output as
+// large as joiner's alerts, to tell the broker's cost of the bytes from
+// the join's (scripts/bench's passthrough-alertsize contestant).
+//
 // With --consume-only it reads one partition (--partition) from its first
 // offset to the end offset taken at start, as a restore does, and prints
 // "consumed N records in D (R records/s)": the raw-consume baseline of the
@@ -19,12 +24,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,6 +49,7 @@ func main() {
 		consumeOnly            bool
 		partition              int
 		maxWait                time.Duration
+		padBytes               int
 	)
 	flag.StringVar(&brokers, "brokers", "localhost:9092", "bootstrap brokers, comma-separated")
 	flag.StringVar(&input, "input", "notifications", "topic to read")
@@ -49,7 +57,12 @@ func main() {
 	flag.BoolVar(&consumeOnly, "consume-only", false, "read --partition to its end offset, print the rate and exit")
 	flag.IntVar(&partition, "partition", 0, "partition read by --consume-only")
 	flag.DurationVar(&maxWait, "fetch-max-wait", 250*time.Millisecond, "long-poll time of a fetch (joiner's default)")
+	flag.IntVar(&padBytes, "pad-bytes", 0, "ASCII spaces appended to every copied value (0: values copied as they are)")
 	flag.Parse()
+	if padBytes < 0 {
+		fmt.Fprintln(os.Stderr, "passthrough: --pad-bytes must not be negative")
+		os.Exit(2)
+	}
 	gctune.Apply() // joiner's GC target: the ceiling runs as joiner does
 	if !consumeOnly && output == "" {
 		fmt.Fprintln(os.Stderr, "passthrough: --output is required (or --consume-only)")
@@ -63,7 +76,7 @@ func main() {
 	if consumeOnly {
 		err = consume(ctx, client, input, partition, maxWait)
 	} else {
-		err = copyAll(ctx, client, addrs, input, output, maxWait)
+		err = copyAll(ctx, client, addrs, input, output, maxWait, padBytes)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "passthrough: %v\n", err)
@@ -71,8 +84,9 @@ func main() {
 	}
 }
 
-// copyAll copies every partition of input to output until ctx ends.
-func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, output string, maxWait time.Duration) error {
+// copyAll copies every partition of input to output until ctx ends, each
+// value followed by pad spaces.
+func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, output string, maxWait time.Duration, pad int) error {
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{input}})
 	if err != nil {
 		return fmt.Errorf("metadata of %s: %w", input, err)
@@ -93,7 +107,7 @@ func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, o
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- copyPartition(ctx, client, w, input, output, p.ID, maxWait)
+			errs <- copyPartition(ctx, client, w, input, output, p.ID, maxWait, pad)
 		}()
 	}
 	wg.Wait()
@@ -106,7 +120,7 @@ func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, o
 	return ctx.Err()
 }
 
-func copyPartition(ctx context.Context, client *kafka.Client, w *produce.Producer, topic, output string, p int, maxWait time.Duration) error {
+func copyPartition(ctx context.Context, client *kafka.Client, w *produce.Producer, topic, output string, p int, maxWait time.Duration, pad int) error {
 	r := &reader{client: client, topic: topic, partition: p, next: -1, maxWait: maxWait}
 	// As join's prefetch: one goroutine fetches ahead (one batch buffered)
 	// while the previous batch is written.
@@ -137,10 +151,15 @@ func copyPartition(ctx context.Context, client *kafka.Client, w *produce.Produce
 			}
 		}
 	}()
+	var padded []byte // the padded values of one batch, reused: WriteMessages has copied them when it returns
+	spaces := bytes.Repeat([]byte{' '}, pad)
 	for recs := range batches {
 		msgs := make([]kafka.Message, len(recs))
 		for i, rec := range recs {
 			msgs[i] = kafka.Message{Topic: output, Key: rec.Key, Value: rec.Value}
+		}
+		if pad > 0 {
+			padded = padValues(padded, msgs, spaces)
 		}
 		if err := w.WriteMessages(ctx, msgs...); err != nil {
 			if ctx.Err() != nil {
@@ -150,6 +169,23 @@ func copyPartition(ctx context.Context, client *kafka.Client, w *produce.Produce
 		}
 	}
 	return ctx.Err()
+}
+
+// padValues replaces every message's value with the value followed by
+// pad, all carved from buf (grown at most once, reused across batches),
+// and returns buf for the next batch. The values must not alias buf.
+func padValues(buf []byte, msgs []kafka.Message, pad []byte) []byte {
+	n := 0
+	for i := range msgs {
+		n += len(msgs[i].Value) + len(pad)
+	}
+	buf = slices.Grow(buf[:0], n) // the slices taken below stay valid: no append reallocates
+	for i := range msgs {
+		start := len(buf)
+		buf = append(append(buf, msgs[i].Value...), pad...)
+		msgs[i].Value = buf[start:len(buf):len(buf)]
+	}
+	return buf
 }
 
 // consume reads partition p of topic from its first offset to the end
