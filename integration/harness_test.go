@@ -1130,3 +1130,28 @@ func (c *cluster) drain(what string, l *load, running []*worker, gen int32) {
 	c.stopAll(running)
 	c.checkFinalState(final.owners(c.partitions), last)
 }
+
+// countLogLines counts the lines of every worker log so far that contain
+// each of subs.
+func (c *cluster) countLogLines(subs ...string) int {
+	c.mu.Lock()
+	logs := slices.Clone(c.logs)
+	c.mu.Unlock()
+	n := 0
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+	lines:
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, s := range subs {
+				if !strings.Contains(line, s) {
+					continue lines
+				}
+			}
+			n++
+		}
+	}
+	return n
+}

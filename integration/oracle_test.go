@@ -29,11 +29,17 @@ type oracleScenario struct {
 	disturb func(c *cluster, ws map[string]*worker, at func(float64))
 	// maxDuplicates bounds the duplicates (-1: no bound).
 	maxDuplicates int
+	// bulkRestore makes every restore bulk-load the store
+	// (--bulk-restore-min 1), and checks that some did.
+	bulkRestore bool
 }
 
 func runOracle(t *testing.T, sc oracleScenario) {
 	c := newCluster(t, partitions)
 	c.net.runFlags = append(c.net.runFlags, sc.args...)
+	if sc.bulkRestore {
+		c.net.runFlags = append(c.net.runFlags, "--bulk-restore-min", "1")
+	}
 	ws := map[string]*worker{}
 	var list []*worker
 	for _, id := range sc.workers {
@@ -77,6 +83,14 @@ func runOracle(t *testing.T, sc oracleScenario) {
 	if sc.maxDuplicates >= 0 && rep.Duplicates > sc.maxDuplicates {
 		t.Errorf("oracle: %d duplicates, want at most %d", rep.Duplicates, sc.maxDuplicates)
 	}
+	if sc.bulkRestore {
+		// JSON or text logs.
+		if n := c.countLogLines("restore complete", `"bulk":true`) + c.countLogLines("restore complete", "bulk=true"); n == 0 {
+			t.Errorf("no worker logged a bulk-loaded restore (\"restore complete\" with bulk true)")
+		} else {
+			t.Logf("%d restores were bulk-loaded", n)
+		}
+	}
 }
 
 // waitReady waits until the workers agree on a generation and are ready,
@@ -116,9 +130,10 @@ func TestIntegrationOracleRoundRobin(t *testing.T) {
 	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3", "w4"}, args: []string{"--assignor", "roundrobin"}, maxDuplicates: 0})
 }
 
+// Scale out and in, every moved task's store bulk-loaded.
 func TestIntegrationOracleScaleOutAndIn(t *testing.T) {
 	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true") // scale-in leaves at once
-	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, maxDuplicates: -1,
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, maxDuplicates: -1, bulkRestore: true,
 		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
 			at(0.2)
 			ws["w3"] = c.start("w3")
@@ -133,9 +148,10 @@ func TestIntegrationOracleScaleOutAndIn(t *testing.T) {
 
 // kill -9 of a worker, restarted 10 s later with the same id and state dir:
 // the replayed notifications get their as-of prices, not the restored
-// latest ones.
+// latest ones. Every restore bulk-loads, including the catch-up of the
+// restarted worker's own stores (a load on top of what they held).
 func TestIntegrationOracleKill9Restart(t *testing.T) {
-	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, maxDuplicates: -1,
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, maxDuplicates: -1, bulkRestore: true,
 		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
 			at(0.2)
 			c.kill9(ws["w2"])

@@ -40,7 +40,11 @@ func TestConfigDefaults(t *testing.T) {
 	got := Config{Topics: record.Topics{Alerts: "out"}, FetchMaxWait: time.Millisecond}.withDefaults()
 	if got.Topics != (record.Topics{Alerts: "out"}.WithDefaults()) || got.FetchMaxWait != time.Millisecond ||
 		got.MaxTaskIdle != time.Second || got.CommitInterval != time.Second || got.RemoteTimeout != 5*time.Second ||
-		got.HistoryRetention != time.Hour || got.MaxRecordBytes != record.DefaultMaxRecordBytes || got.HTTPClient == nil || got.Logger == nil {
+		got.HistoryRetention != time.Hour || got.MaxRecordBytes != record.DefaultMaxRecordBytes || got.HTTPClient == nil || got.Logger == nil ||
+		got.BulkRestoreMin != DefaultBulkRestoreMin {
 		t.Fatalf("withDefaults = %+v", got)
+	}
+	if got := (Config{BulkRestoreMin: -1}).withDefaults().BulkRestoreMin; got != -1 {
+		t.Fatalf("withDefaults of BulkRestoreMin -1 (never) = %d", got)
 	}
 }

@@ -58,6 +58,8 @@ type stateTask struct {
 
 	// prunedCut is the cut of the last successful prune; owned by run.
 	prunedCut int64
+	// bulk is set by restore when it bulk-loads the store; owned by run.
+	bulk bool
 
 	// merged is set when this member also processes the task's
 	// notifications: the process task then drives the tail (runMerged)
@@ -313,7 +315,7 @@ func (s *stateTask) run(ctx context.Context) {
 	s.resumeAt = r.next
 	close(s.restored)
 	w.updateTaskGauges()
-	log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset())
+	log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", s.bulk)
 	s.prunedCut = math.MinInt64
 	prune := time.NewTicker(w.pruneInterval())
 	defer prune.Stop()
@@ -349,23 +351,23 @@ const (
 	restoreBatchRecords = 50000
 )
 
-// A restore of at least restoreLoadMin records bulk-loads the store (see
-// statestore.Loader): the ticks are kept in memory (32 bytes each) and
-// ingested as sorted tables, restoreLoadMaxTicks at a time at most, which
-// costs a fifth of the CPU of applying them batch by batch. A shorter
-// restore, like the catch-up of a task that stayed, applies its batches:
-// a table and its fsync would cost it more than they save.
+// DefaultBulkRestoreMin is Config.BulkRestoreMin's default. Below it, a
+// table and its fsync would cost a restore more than they save.
+const DefaultBulkRestoreMin = 20000
+
+// A bulk-loaded restore (Config.BulkRestoreMin) keeps the ticks in memory,
+// 32 bytes each, and ingests them restoreLoadMaxTicks at a time at most.
 //
 // Both are variables for the tests, which restore short partitions every
-// way.
+// way: restoreLoadMin is the default of Config.BulkRestoreMin.
 var (
-	restoreLoadMin      int64 = 20000
+	restoreLoadMin      int64 = DefaultBulkRestoreMin
 	restoreLoadMaxTicks       = 1 << 20
 )
 
 // restore reads r up to end and applies what it reads, the next fetches
 // running while a batch is applied, or for a long restore bulk-loads it
-// (restoreLoadMin). It leaves r at the offset after the last record the
+// (Config.BulkRestoreMin). It leaves r at the offset after the last record the
 // store holds, and returns the number of records read and false when ctx
 // is done or the store closed.
 func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
@@ -375,8 +377,9 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	}
 	next := r.next // r belongs to the prefetcher from here until it stops
 	var load *restoreLoad
-	if end-next >= restoreLoadMin {
+	if m := w.cfg.BulkRestoreMin; m >= 0 && end-next >= m {
 		load = &restoreLoad{l: s.store.NewLoader(int(min(end-next, int64(restoreLoadMaxTicks)))), maxTs: -1}
+		s.bulk = true
 	}
 	fctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -99,6 +99,9 @@ type Config struct {
 	CommitInterval           time.Duration
 	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
 	HistoryRetention time.Duration
+	// BulkRestoreMin: see join.Config.BulkRestoreMin. Default:
+	// join.DefaultBulkRestoreMin; negative: never.
+	BulkRestoreMin int64
 
 	// Transport carries every Kafka request of the node: the group
 	// client, the fetchers, the producer and the admin calls. Give it the
@@ -229,6 +232,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		MaxTaskIdle:      cfg.MaxTaskIdle,
 		CommitInterval:   cfg.CommitInterval,
 		HistoryRetention: cfg.HistoryRetention,
+		BulkRestoreMin:   cfg.BulkRestoreMin,
 		HTTPClient:       n.peer.client(),
 		StartOffset:      cfg.StartOffset,
 		Registerer:       n.reg,
