@@ -356,7 +356,8 @@ const (
 const DefaultBulkRestoreMin = 20000
 
 // A bulk-loaded restore (Config.BulkRestoreMin) keeps the ticks in memory,
-// 32 bytes each, and ingests them restoreLoadMaxTicks at a time at most.
+// about 40 bytes each, and ingests them restoreLoadMaxTicks at a time at
+// most.
 //
 // Both are variables for the tests, which restore short partitions every
 // way: restoreLoadMin is the default of Config.BulkRestoreMin.

@@ -101,10 +101,10 @@ type Config struct {
 	HistoryRetention time.Duration
 	// BulkRestoreMin: a restore of at least this many market records
 	// bulk-loads the task's store (statestore.Loader: the ticks sorted in
-	// memory, 32 bytes each, and ingested as tables, at a fifth of the CPU
-	// of applying them batch by batch); a shorter one, like the catch-up
-	// of a task that stayed, applies its batches. Default:
-	// DefaultBulkRestoreMin; negative: never.
+	// memory, about 40 bytes each, and ingested as tables, at about a
+	// quarter of the CPU of applying them batch by batch); a shorter one,
+	// like the catch-up of a task that stayed, applies its batches.
+	// Default: DefaultBulkRestoreMin; negative: never.
 	BulkRestoreMin int64
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client

@@ -55,7 +55,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
 	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")
-	fs.Int64Var(&cfg.BulkRestoreMin, "bulk-restore-min", join.DefaultBulkRestoreMin, "a restore of at least this many market records is bulk-loaded: its ticks sorted in memory (32 bytes each, 1M at a time at most) and ingested into the store as tables; 0 or less: never")
+	fs.Int64Var(&cfg.BulkRestoreMin, "bulk-restore-min", join.DefaultBulkRestoreMin, "a restore of at least this many market records is bulk-loaded: its ticks sorted in memory (about 40 bytes each, 1M at a time at most) and ingested into the store as tables; 0 or less: never")
 	sec := kafkasec.AddFlags(fs.FlagSet)
 	fs.StringVar(&cfg.PeerTokenFile, "peer-token-file", "", "file holding the bearer token required on /v1/* and sent to other workers (default no token)")
 	fs.StringVar(&cfg.HTTPCertFile, "http-tls-cert-file", "", "PEM certificate to serve the HTTP listener over TLS; other workers are then reached over https")
