@@ -35,12 +35,29 @@ func (e *encoded) add(enc *record.AlertEncoder, a *record.Alert) {
 	v := len(e.buf)
 	e.buf = enc.Append(e.buf, a)
 	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
+	e.count(a.Result)
+}
+
+// count counts an alert of result in e.results.
+func (e *encoded) count(result record.Result) {
 	for i, r := range joinResults {
-		if a.Result == r {
+		if result == r {
 			e.results[i]++
 			break
 		}
 	}
+}
+
+// addPriced appends the alert of n, notified at nTsMs, joined with the
+// price whose alert fields are priceFields, with result (see
+// record.AlertEncoder.AppendPriced).
+func (e *encoded) addPriced(enc *record.AlertEncoder, n *record.Notification, nTsMs int64, priceFields []byte, result record.Result) {
+	k := len(e.buf)
+	e.buf = append(e.buf, n.Symbol...)
+	v := len(e.buf)
+	e.buf = enc.AppendPriced(e.buf, n, nTsMs, priceFields, result)
+	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
+	e.count(result)
 }
 
 // alertOverhead is about what an alert adds to its notification's JSON:

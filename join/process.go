@@ -34,7 +34,23 @@ type processTask struct {
 	// only prunes, which keeps every newest version), and it brings
 	// latest up to date with every tick it applies (applied). Owned by
 	// the merge's goroutine.
-	latest map[string]statestore.Tick
+	latest map[string]*latestPrice
+}
+
+// latestPrice is a symbol's newest version in a merged task's store, and
+// the fields its price adds to an alert, encoded once for the alerts that
+// join it (empty until one does).
+type latestPrice struct {
+	tick   statestore.Tick
+	fields []byte // record.AppendPriceFields of tick
+}
+
+// priceFields returns the alert fields of c's price.
+func (c *latestPrice) priceFields() []byte {
+	if len(c.fields) == 0 {
+		c.fields = record.AppendPriceFields(c.fields, c.tick.Price, c.tick.TimestampMs)
+	}
+	return c.fields
 }
 
 // rememberLatest puts the store's newest version of symbol in t.latest.
@@ -44,9 +60,9 @@ func (t *processTask) rememberLatest(symbol string) {
 		return
 	}
 	if t.latest == nil {
-		t.latest = map[string]statestore.Tick{}
+		t.latest = map[string]*latestPrice{}
 	}
-	t.latest[tick.Symbol] = tick // the store's string: symbol may alias a fetched record
+	t.latest[tick.Symbol] = &latestPrice{tick: tick} // the store's string: symbol may alias a fetched record
 }
 
 // applied brings t.latest up to date with ticks just applied to the
@@ -57,9 +73,9 @@ func (t *processTask) applied(ticks []statestore.Tick) {
 	}
 	for _, k := range ticks {
 		c, ok := t.latest[k.Symbol]
-		if ok && (k.TimestampMs > c.TimestampMs || (k.TimestampMs == c.TimestampMs && k.Offset > c.Offset)) {
-			k.Symbol = c.Symbol // the map's own copy
-			t.latest[c.Symbol] = k
+		if ok && (k.TimestampMs > c.tick.TimestampMs || (k.TimestampMs == c.tick.TimestampMs && k.Offset > c.tick.Offset)) {
+			k.Symbol = c.tick.Symbol // the map's own copy
+			c.tick, c.fields = k, c.fields[:0]
 		}
 	}
 }
@@ -222,16 +238,19 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			tasks = append(tasks, q)
 			continue
 		}
-		if c, ok := t.latest[a.Symbol]; ok && c.TimestampMs <= a.NotificationTsMs {
-			setPrice(&a, &price, statestore.AsOf, record.ResultLocal, c.Price, c.TimestampMs)
-		} else {
-			if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
-				e.rollback(mark)
-				return nil, err
-			}
-			if !ok && a.Price != nil {
-				t.rememberLatest(a.Symbol)
-			}
+		c, ok := t.latest[a.Symbol]
+		if ok && c.tick.TimestampMs <= a.NotificationTsMs {
+			// The common join: the symbol's newest price, whose alert
+			// fields are encoded once.
+			e.addPriced(w.alerts, &a.Notification, a.NotificationTsMs, c.priceFields(), record.ResultLocal)
+			continue
+		}
+		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
+			e.rollback(mark)
+			return nil, err
+		}
+		if !ok && a.Price != nil {
+			t.rememberLatest(a.Symbol)
 		}
 		e.add(w.alerts, &a)
 	}

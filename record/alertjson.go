@@ -31,11 +31,28 @@ func appendAlertHead(dst []byte, a *Alert) []byte {
 		dst = append(dst, `,"price":`...)
 		dst = appendJSONFloat(dst, *a.Price)
 	}
-	if a.PriceTsMs != 0 {
+	return appendPriceTs(dst, a.PriceTsMs)
+}
+
+// appendPriceTs appends an alert's "price_ts_ms" field, which it omits
+// when zero.
+func appendPriceTs(dst []byte, tsMs int64) []byte {
+	if tsMs != 0 {
 		dst = append(dst, `,"price_ts_ms":`...)
-		dst = strconv.AppendInt(dst, a.PriceTsMs, 10)
+		dst = strconv.AppendInt(dst, tsMs, 10)
 	}
 	return dst
+}
+
+// AppendPriceFields appends the JSON an alert with this price carries
+// between "notification_ts_ms" and "result": its "price" and "price_ts_ms"
+// fields, with their leading commas. A caller that joins many
+// notifications to the same price encodes it once, then hands it to
+// AlertEncoder.AppendPriced.
+func AppendPriceFields(dst []byte, price float64, priceTsMs int64) []byte {
+	dst = append(dst, `,"price":`...)
+	dst = appendJSONFloat(dst, price)
+	return appendPriceTs(dst, priceTsMs)
 }
 
 // appendAlertTail appends an alert's last fields, "result" and "worker",
@@ -66,6 +83,23 @@ func NewAlertEncoder(worker string) *AlertEncoder {
 		e.tails[i] = appendAlertTail(nil, r, worker)
 	}
 	return e
+}
+
+// AppendPriced appends the JSON of the alert of n, notified at
+// notificationTsMs, joined with the price whose fields priceFields holds
+// (AppendPriceFields), with result, by the encoder's worker: byte for byte
+// what AppendAlert writes for that alert.
+func (e *AlertEncoder) AppendPriced(dst []byte, n *Notification, notificationTsMs int64, priceFields []byte, result Result) []byte {
+	dst = appendNotificationFields(dst, n)
+	dst = append(dst, `,"notification_ts_ms":`...)
+	dst = strconv.AppendInt(dst, notificationTsMs, 10)
+	dst = append(dst, priceFields...)
+	for i, r := range results {
+		if result == r {
+			return append(dst, e.tails[i]...)
+		}
+	}
+	return appendAlertTail(dst, result, e.worker)
 }
 
 // Append appends the JSON of a to dst, byte for byte what AppendAlert

@@ -161,6 +161,15 @@ func checkAppendAlert(t *testing.T, a *Alert) {
 		if !bytes.Equal(got[:len(prefix)], []byte("prefix")) || !bytes.Equal(got[len(prefix):], want) {
 			t.Fatalf("AlertEncoder(%q).Append(%+v)\n got %s\nwant %s", e.worker, *a, got[len(prefix):], want)
 		}
+		// With the price's fields encoded once (a priced alert, by the
+		// alert's worker).
+		if a.Price == nil || e.worker != a.Worker {
+			continue
+		}
+		got = e.AppendPriced([]byte("prefix"), &a.Notification, a.NotificationTsMs, AppendPriceFields([]byte("junk"), *a.Price, a.PriceTsMs)[4:], a.Result)
+		if !bytes.Equal(got[:len(prefix)], []byte("prefix")) || !bytes.Equal(got[len(prefix):], want) {
+			t.Fatalf("AlertEncoder(%q).AppendPriced(%+v)\n got %s\nwant %s", e.worker, *a, got[len(prefix):], want)
+		}
 	}
 }
 
