@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 )
 
@@ -70,5 +72,29 @@ func TestJoinChunkAllocations(t *testing.T) {
 	}
 	if allocs[400] > allocs[20]+2 {
 		t.Errorf("%v allocations for a chunk of 400 notifications, %v for 20: some step allocates per notification", allocs[400], allocs[20])
+	}
+}
+
+// TestNewestPricesForgottenWhenPartitionsChange: a merged task answers the
+// common join from its map of its symbols' newest prices; once the
+// partition count changes, a symbol in the map may belong to another task,
+// so the map must not answer for it.
+func TestNewestPricesForgottenWhenPartitionsChange(t *testing.T) {
+	pt, recs := chunkFixture(t, 1, 1)
+	var e encoded
+	var s outScratch
+	joinChunk(t, pt, recs, &e, &s) // SYM0000's price is now in the map
+	parts := 2
+	for murmur2.Partition([]byte("SYM0000"), parts) == pt.p {
+		parts++
+	}
+	pt.w.mu.Lock()
+	pt.w.assignment.Partitions = parts
+	pt.w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	e.reset()
+	if _, err := pt.joinInto(ctx, &e, recs); err == nil && e.results[0] != 0 {
+		t.Fatalf("with %d partitions SYM0000 is task %d's, not %d's, but was joined locally from the task's map", parts, murmur2.Partition([]byte("SYM0000"), parts), pt.p)
 	}
 }

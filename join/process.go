@@ -33,8 +33,10 @@ type processTask struct {
 	// the only writer of the store once it is restored (the state task
 	// only prunes, which keeps every newest version), and it brings
 	// latest up to date with every tick it applies (applied). Owned by
-	// the merge's goroutine.
-	latest map[string]*latestPrice
+	// the merge's goroutine. It holds symbols of this task only, with
+	// latestParts partitions: when their count changes it is emptied.
+	latest      map[string]*latestPrice
+	latestParts int
 }
 
 // latestPrice is a symbol's newest version in a merged task's store, and
@@ -209,6 +211,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 	parts := w.partitions()
 	mark := e.mark()
 	e.grow(recs, len(w.cfg.InstanceID))
+	if parts != t.latestParts {
+		clear(t.latest) // its symbols were this task's with the old count
+		t.latestParts = parts
+	}
 	var (
 		dead   []deadLetter
 		others []record.Alert
@@ -231,18 +237,20 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue
 		}
-		a := record.Alert{Notification: n, NotificationTsMs: rec.Time.UnixMilli(), Worker: w.cfg.InstanceID}
+		nTsMs := rec.Time.UnixMilli()
+		// The common join: a symbol of this task (t.latest holds no
+		// other) newer than its newest price, whose alert fields are
+		// encoded once.
+		c, ok := t.latest[n.Symbol]
+		if ok && c.tick.TimestampMs <= nTsMs {
+			e.addPriced(w.alerts, &n, nTsMs, c.priceFields(), record.ResultLocal)
+			continue
+		}
+		a := record.Alert{Notification: n, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
 		q := murmur2.Partition([]byte(n.Symbol), parts)
 		if t.st == nil || q != t.p {
 			others = append(others, a)
 			tasks = append(tasks, q)
-			continue
-		}
-		c, ok := t.latest[a.Symbol]
-		if ok && c.tick.TimestampMs <= a.NotificationTsMs {
-			// The common join: the symbol's newest price, whose alert
-			// fields are encoded once.
-			e.addPriced(w.alerts, &a.Notification, a.NotificationTsMs, c.priceFields(), record.ResultLocal)
 			continue
 		}
 		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
