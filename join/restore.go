@@ -356,8 +356,8 @@ const (
 const DefaultBulkRestoreMin = 20000
 
 // A bulk-loaded restore (Config.BulkRestoreMin) keeps the ticks in memory,
-// about 40 bytes each, and ingests them restoreLoadMaxTicks at a time at
-// most.
+// about 40 bytes each, and ingests them in chunks of restoreLoadMaxTicks
+// records at most.
 //
 // Both are variables for the tests, which restore short partitions every
 // way: restoreLoadMin is the default of Config.BulkRestoreMin.
@@ -376,12 +376,11 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	if r.next >= end {
 		return 0, true
 	}
-	next := r.next // r belongs to the prefetcher from here until it stops
-	var load *restoreLoad
-	if m := w.cfg.BulkRestoreMin; m >= 0 && end-next >= m {
-		load = &restoreLoad{l: s.store.NewLoader(int(min(end-next, int64(restoreLoadMaxTicks)))), maxTs: -1}
+	if m := w.cfg.BulkRestoreMin; m >= 0 && end-r.next >= m {
 		s.bulk = true
+		return s.restoreLoaded(ctx, r, end, dlqFrom, log)
 	}
+	next := r.next // r belongs to the prefetcher from here until it stops
 	fctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	ch := w.prefetch(fctx, &wg, r, restorePrefetch, log)
@@ -405,24 +404,10 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		case <-ctx.Done():
 			return n, false
 		}
-		if load == nil {
-			if err := s.applyDecodedRetrying(ctx, f); err != nil {
-				return n, false
-			}
-			next = f.next
-		} else {
-			// next moves once the store holds what was read: at a
-			// Commit.
-			if err := s.loadDecodedRetrying(ctx, load, f); err != nil {
-				return n, false
-			}
-			if load.l.Len() >= restoreLoadMaxTicks || f.next >= end {
-				if err := s.commitLoadRetrying(ctx, load); err != nil {
-					return n, false
-				}
-				next = f.next
-			}
+		if err := s.applyDecodedRetrying(ctx, f); err != nil {
+			return n, false
 		}
+		next = f.next
 		select {
 		case free <- f.ticks[:0]:
 		default:
@@ -440,11 +425,119 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	return n, true
 }
 
+// restoreStreams is how many ranges of a bulk-loaded chunk are fetched at
+// once, each on its own connection (kafka-go's Transport opens one per
+// request in flight), when each range has at least half of
+// Config.BulkRestoreMin records: kafka-go decodes a fetch response on its
+// connection's goroutine, and one stream's fetch-and-decode is what bounds
+// a raw consume. A variable for the tests.
+var restoreStreams = 2
+
+// restoreLoaded is restore for a long restore: it bulk-loads the store
+// (statestore.Loader) in chunks of at most restoreLoadMaxTicks records,
+// each read in restoreStreams ranges at once and committed as one load.
+// The reader is left after the last chunk committed.
+func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
+	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.next, int64(restoreLoadMaxTicks)))), last: -1, maxTs: -1}
+	// Tick buffers go back to the readers once added (the Loader keeps
+	// none of them).
+	free := make(chan []statestore.Tick, 2*restoreStreams+2)
+	var n int64
+	lastLog := time.Now()
+	for r.next < end {
+		from, to := r.next, min(r.next+int64(restoreLoadMaxTicks), end)
+		streams := max(1, min(int64(restoreStreams), (to-from)/max(s.w.cfg.BulkRestoreMin/2, 1)))
+		fctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		dch := make(chan decodedBatch, 2*streams)
+		for i := range streams {
+			a, b := from+(to-from)*i/streams, from+(to-from)*(i+1)/streams
+			s.readRange(fctx, &wg, newPartitionReader(r.client, r.topic, r.partition, a, r.maxWait), b, dlqFrom, dch, free, log)
+		}
+		go func() { wg.Wait(); close(dch) }()
+		ok := true
+		for d := range dch {
+			if !ok {
+				continue // drain until the readers stopped
+			}
+			if err := s.loadDecodedRetrying(ctx, load, d); err != nil {
+				ok = false
+				stop()
+				continue
+			}
+			select {
+			case free <- d.ticks[:0]:
+			default:
+			}
+			n += int64(d.n)
+			s.countRestored(d.n)
+			s.observeEnd(d.hwm)
+			if time.Since(lastLog) >= time.Second {
+				log.Info("restoring", "from_offset", from, "to_offset", to, "end_offset", end, "records", n)
+				lastLog = time.Now()
+			}
+		}
+		stop()
+		if !ok || ctx.Err() != nil {
+			return n, false // r stays after the last chunk committed
+		}
+		if err := s.commitLoadRetrying(ctx, load); err != nil {
+			return n, false
+		}
+		r.next = to
+		s.advance(to, -1)
+	}
+	return n, true
+}
+
+// readRange reads r up to offset to in a goroutine owned by wg, decoding
+// each fetch (without the records at or after to) into a batch sent to
+// dch, in a tick buffer from free when it has one, fetch failures retried
+// with backoff, until it reaches to or ctx is done.
+func (s *stateTask) readRange(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, to, dlqFrom int64, dch chan<- decodedBatch, free <-chan []statestore.Tick, log *slog.Logger) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for attempt := 0; r.next < to && ctx.Err() == nil; {
+			recs, err := r.fetch(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				log.Warn("fetch failed; retrying", "topic", r.topic, "offset", r.next, "err", err)
+				s.w.metrics.FetchErrors.Inc()
+				_ = sleep(ctx, backoff(attempt))
+				attempt++
+				continue
+			}
+			attempt = 0
+			if i := slices.IndexFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to }); i >= 0 {
+				recs = recs[:i] // the next range's
+			}
+			if len(recs) == 0 {
+				continue
+			}
+			var d decodedBatch
+			select {
+			case d.ticks = <-free:
+			default:
+			}
+			s.decodeInto(&d, recs, dlqFrom)
+			d.next, d.hwm = r.next, r.hwm
+			select {
+			case dch <- d:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
 // restoreLoad is a restore's bulk load: its Loader, and what the ticks
 // added since its last Commit cover.
 type restoreLoad struct {
 	l     *statestore.Loader
-	last  int64 // offset of the last record read
+	last  int64 // greatest offset of the records read, -1 for none
 	maxTs int64 // greatest record timestamp read (ms), -1 for none
 	added bool  // records were read since the last Commit
 }
@@ -472,7 +565,8 @@ func (s *stateTask) loadDecodedRetrying(ctx context.Context, load *restoreLoad, 
 		}
 	}
 	load.l.Add(d.ticks)
-	load.last, load.maxTs, load.added = d.last, max(load.maxTs, d.maxTs), true
+	// The ranges of a chunk come in any order.
+	load.last, load.maxTs, load.added = max(load.last, d.last), max(load.maxTs, d.maxTs), true
 	return nil
 }
 

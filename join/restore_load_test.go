@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +17,28 @@ import (
 )
 
 // restoreMode sets how the restores of a test write the store: "apply"
-// (batch by batch), "load" (one bulk load) or "load-in-parts" (a bulk
-// load committed every few ticks).
+// (batch by batch), "load" (one bulk load, read in one stream),
+// "load-2-streams" (one bulk load, read in two ranges at once) or
+// "load-in-parts" (a bulk load committed every 4 records, each chunk read
+// in two ranges).
 func restoreMode(t *testing.T, mode string) {
-	min, maxTicks := restoreLoadMin, restoreLoadMaxTicks
-	t.Cleanup(func() { restoreLoadMin, restoreLoadMaxTicks = min, maxTicks })
+	min, maxTicks, streams := restoreLoadMin, restoreLoadMaxTicks, restoreStreams
+	t.Cleanup(func() { restoreLoadMin, restoreLoadMaxTicks, restoreStreams = min, maxTicks, streams })
 	switch mode {
 	case "apply":
 		restoreLoadMin = math.MaxInt64
 	case "load":
-		restoreLoadMin = 1
+		restoreLoadMin, restoreStreams = 1, 1
+	case "load-2-streams":
+		restoreLoadMin, restoreStreams = 1, 2
 	case "load-in-parts":
-		restoreLoadMin, restoreLoadMaxTicks = 1, 4
+		restoreLoadMin, restoreLoadMaxTicks, restoreStreams = 1, 4, 2
 	default:
 		t.Fatalf("restore mode %q", mode)
 	}
 }
 
-var restoreModes = []string{"apply", "load", "load-in-parts"}
+var restoreModes = []string{"apply", "load", "load-2-streams", "load-in-parts"}
 
 // restoreRig is a state task of market-0 over a fake fetcher, its store
 // and its writer of dead letters.
@@ -116,14 +121,21 @@ func TestRestoreStoresEveryTick(t *testing.T) {
 }
 
 // stallFetcher answers fetches from offset stallAt on with nothing until
-// the fetch's context ends.
+// the fetch's context ends; stalled is closed at the first such fetch.
 type stallFetcher struct {
 	chunkFetcher
 	stallAt int64
+	once    *sync.Once
+	stalled chan struct{}
+}
+
+func newStallFetcher(f *fakeFetcher, n int, stallAt int64) stallFetcher {
+	return stallFetcher{chunkFetcher{f, n}, stallAt, new(sync.Once), make(chan struct{})}
 }
 
 func (s stallFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error) {
 	if req.Offset >= s.stallAt {
+		s.once.Do(func() { close(s.stalled) })
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
@@ -137,17 +149,20 @@ func (s stallFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafk
 // committed).
 func TestStoppedRestoreResumesAfterWhatIsStored(t *testing.T) {
 	for _, tc := range []struct {
-		mode                   string
-		minApplied, maxApplied int64
+		mode    string
+		applied int64
 	}{
-		{"apply", 9, 9},
-		{"load", -1, -1},
-		// Committed every 4 ticks or more: after 4 to 10 of them.
-		{"load-in-parts", 3, 9},
+		{"apply", 9},
+		{"load", -1},
+		// 0–9 read, 10–19 stalled: nothing committed.
+		{"load-2-streams", -1},
+		// Loaded in chunks of 4 records: 0–3 and 4–7 committed, 8–9 not.
+		{"load-in-parts", 7},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			restoreMode(t, tc.mode)
-			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return stallFetcher{chunkFetcher{f, 2}, 10} })
+			var sf stallFetcher
+			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { sf = newStallFetcher(f, 2, 10); return sf })
 			for off := range int64(20) {
 				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)))
 			}
@@ -158,17 +173,18 @@ func TestStoppedRestoreResumesAfterWhatIsStored(t *testing.T) {
 				_, ok := rig.st.restore(ctx, r, 20, 0, rig.st.w.log)
 				done <- ok
 			}()
-			waitFor(t, "10 records read", func() bool {
-				rig.st.pmu.Lock()
-				defer rig.st.pmu.Unlock()
-				return rig.st.next >= 10
-			})
+			if tc.mode == "apply" {
+				// Its prefetcher reads ahead of what it applied.
+				waitFor(t, "10 records applied", func() bool { return rig.st.appliedOffset() >= 9 })
+			} else {
+				<-sf.stalled
+			}
 			cancel()
 			if <-done {
 				t.Fatal("a stopped restore reported success")
 			}
-			if got := rig.st.appliedOffset(); got < tc.minApplied || got > tc.maxApplied || r.next != got+1 {
-				t.Fatalf("applied offset %d, reader at %d; want the offset in [%d, %d] and the reader after it", got, r.next, tc.minApplied, tc.maxApplied)
+			if got := rig.st.appliedOffset(); got != tc.applied || r.next != got+1 {
+				t.Fatalf("applied offset %d, reader at %d; want %d and the reader after it", got, r.next, tc.applied)
 			}
 		})
 	}
