@@ -10,7 +10,6 @@ import (
 
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/record"
-	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -28,20 +27,7 @@ func newTestWorker(t testing.TB) (*Processor, *processTask, *kafka.Client) {
 	client := &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Timeout: 5 * time.Second}
 	writer := &kafka.Writer{Addr: kafka.TCP(c.ListenAddrs()...), BatchTimeout: time.Millisecond}
 	t.Cleanup(func() { writer.Close() })
-	stores, err := statestore.Open(statestore.Options{Dirs: []string{t.TempDir()}, Group: "g", CacheBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stores.Close() })
-	w, err := NewProcessor(Config{Client: client, Writer: writer, Stores: stores, InstanceID: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := stores.OpenTask(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := newStateTask(w, 0, store, true)
+	w, st := newTestStateTask(t, Config{Client: client, Writer: writer, InstanceID: "w"})
 	st.dlqFrom = -1
 	close(st.restored)
 	w.assignment = group.Assignment{Partitions: 1}

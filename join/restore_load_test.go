@@ -49,15 +49,24 @@ type restoreRig struct {
 }
 
 func newRestoreRig(t *testing.T, fetcher func(*fakeFetcher) Fetcher) *restoreRig {
-	f := newFakeFetcher()
+	f, out := newFakeFetcher(), &fakeWriter{}
+	_, st := newTestStateTask(t, Config{Client: fetcher(f), Writer: out, InstanceID: "w",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { st.close() })
+	return &restoreRig{f: f, out: out, st: st}
+}
+
+// newTestStateTask is a Processor of cfg with stores of its own (a
+// temporary dir), and the state task of its task 0, merged.
+func newTestStateTask(t testing.TB, cfg Config) (*Processor, *stateTask) {
+	t.Helper()
 	stores, err := statestore.Open(statestore.Options{Dirs: []string{t.TempDir()}, Group: "g", CacheBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stores.Close() })
-	out := &fakeWriter{}
-	w, err := NewProcessor(Config{Client: fetcher(f), Writer: out, Stores: stores, InstanceID: "w",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg.Stores = stores
+	w, err := NewProcessor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +74,7 @@ func newRestoreRig(t *testing.T, fetcher func(*fakeFetcher) Fetcher) *restoreRig
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newStateTask(w, 0, store, true)
-	t.Cleanup(func() { st.close() })
-	return &restoreRig{f: f, out: out, st: st}
+	return w, newStateTask(w, 0, store, true)
 }
 
 // TestRestoreStoresEveryTick restores a partition of 40 records, two of

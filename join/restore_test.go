@@ -2,12 +2,9 @@ package join
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -40,29 +37,14 @@ func (c chunkFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafk
 // whatever the fetcher read ahead, so the tail (or the merge) goes on from
 // there and skips nothing.
 func TestRestoreReadsAheadButResumesAfterWhatItApplied(t *testing.T) {
-	f := newFakeFetcher()
+	restoreMode(t, "apply")
+	rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return chunkFetcher{f, 3} })
 	for i := range 30 {
-		f.produce("market", 0, int64(1000+i), "X", tickJSON("X", float64(i)))
+		rig.f.produce("market", 0, int64(1000+i), "X", tickJSON("X", float64(i)))
 	}
-	stores, err := statestore.Open(statestore.Options{Dirs: []string{t.TempDir()}, Group: "g", CacheBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stores.Close() })
-	cf := chunkFetcher{f, 3}
-	w, err := NewProcessor(Config{Client: cf, Writer: &fakeWriter{}, Stores: stores, InstanceID: "w",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := stores.OpenTask(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := newStateTask(w, 0, store, true)
-	defer st.close()
-	r := newPartitionReader(cf, "market", 0, 0, time.Millisecond)
-	n, ok := st.restore(context.Background(), r, 5, -1, w.log)
+	st := rig.st
+	r := newPartitionReader(st.w.cfg.Client, "market", 0, 0, time.Millisecond)
+	n, ok := st.restore(context.Background(), r, 5, -1, st.w.log)
 	if !ok {
 		t.Fatal("restore failed")
 	}

@@ -41,15 +41,7 @@ func TestRunPartitionsBySymbolAndTicksFirst(t *testing.T) {
 	count := map[string]int{}
 	for _, topic := range []string{"market", "notifications"} {
 		for p := range P {
-			res, err := client.Fetch(context.Background(), &kafka.FetchRequest{Topic: topic, Partition: p, Offset: 0, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for {
-				rec, err := res.Records.ReadRecord()
-				if err != nil {
-					break
-				}
+			readPartition(t, client, topic, p, func(rec *kafka.Record) {
 				key, _ := kafka.ReadAll(rec.Key)
 				if got := murmur2.Partition(key, P); got != p {
 					t.Errorf("%s: key %q in partition %d, murmur2 says %d", topic, key, p, got)
@@ -61,7 +53,7 @@ func TestRunPartitionsBySymbolAndTicksFirst(t *testing.T) {
 				if topic == "notifications" && (firstNote.IsZero() || rec.Time.Before(firstNote)) {
 					firstNote = rec.Time
 				}
-			}
+			})
 		}
 	}
 	if count["market"] != 45 || count["notifications"] != 32 {
@@ -132,18 +124,10 @@ func TestLastPricesAndNotificationOfMatchRun(t *testing.T) {
 	client := &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Timeout: 5 * time.Second}
 	got := map[string]int{}
 	for p := range P {
-		res, err := client.Fetch(context.Background(), &kafka.FetchRequest{Topic: "notifications", Partition: p, Offset: 0, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			rec, err := res.Records.ReadRecord()
-			if err != nil {
-				break
-			}
+		readPartition(t, client, "notifications", p, func(rec *kafka.Record) {
 			v, _ := kafka.ReadAll(rec.Value)
 			got[string(v)]++
-		}
+		})
 	}
 	if len(got) != symbols*notes {
 		t.Fatalf("%d distinct notifications read; want %d", len(got), symbols*notes)
@@ -155,5 +139,22 @@ func TestLastPricesAndNotificationOfMatchRun(t *testing.T) {
 				t.Errorf("NotificationOf(r7, %d, %d) = %s: produced %d times; want once", i, k, v, got[string(v)])
 			}
 		}
+	}
+}
+
+// readPartition calls fn with each record of partition p of topic, from
+// its first offset (up to 1 MiB).
+func readPartition(t *testing.T, client *kafka.Client, topic string, p int, fn func(*kafka.Record)) {
+	t.Helper()
+	res, err := client.Fetch(context.Background(), &kafka.FetchRequest{Topic: topic, Partition: p, Offset: 0, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		rec, err := res.Records.ReadRecord()
+		if err != nil {
+			return
+		}
+		fn(rec)
 	}
 }

@@ -126,17 +126,11 @@ const loadTmpSuffix = ".joiner-load"
 // called again.
 func (l *Loader) Commit(offset int64) error {
 	s := l.s
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.db == nil {
-		return fmt.Errorf("statestore: load into task %d: %w", s.task, ErrClosed)
+	unlock, err := s.lockWrite("load", offset)
+	if err != nil {
+		return err
 	}
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	if prev := s.applied.Load(); offset <= prev {
-		return fmt.Errorf("statestore: load offset %d into task %d, which is already at %d: %w",
-			offset, s.task, prev, ErrOffsetNotAfter)
-	}
+	defer unlock()
 	if len(l.entries) > 0 && l.minOff < 0 {
 		return fmt.Errorf("statestore: task %d: load of a tick with offset %d outside [0, %d]", s.task, l.minOff, offset)
 	}

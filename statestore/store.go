@@ -124,17 +124,11 @@ func (s *Store) AppliedOffset() int64 { return s.applied.Load() }
 // most recent batches (never part of one); restore then resumes from the
 // older offset.
 func (s *Store) Apply(ticks []Tick, offset int64) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.db == nil {
-		return fmt.Errorf("statestore: apply to task %d: %w", s.task, ErrClosed)
+	unlock, err := s.lockWrite("apply", offset)
+	if err != nil {
+		return err
 	}
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	if prev := s.applied.Load(); offset <= prev {
-		return fmt.Errorf("statestore: apply offset %d to task %d, which is already at %d: %w",
-			offset, s.task, prev, ErrOffsetNotAfter)
-	}
+	defer unlock()
 	for _, t := range ticks {
 		if t.Offset < 0 || t.Offset > offset {
 			return fmt.Errorf("statestore: task %d: tick of %q has offset %d outside [0, %d]", s.task, t.Symbol, t.Offset, offset)
@@ -185,6 +179,25 @@ func (s *Store) Apply(ticks []Tick, offset int64) error {
 	s.cacheMu.Unlock()
 	s.applied.Store(offset)
 	return nil
+}
+
+// lockWrite takes the locks of a write of versions up to offset (Apply,
+// Loader.Commit, named by what in errors): the store must be open, and
+// offset after AppliedOffset(). Call unlock when done.
+func (s *Store) lockWrite(what string, offset int64) (unlock func(), err error) {
+	s.mu.RLock()
+	if s.db == nil {
+		s.mu.RUnlock()
+		return nil, fmt.Errorf("statestore: %s to task %d: %w", what, s.task, ErrClosed)
+	}
+	s.applyMu.Lock()
+	unlock = func() { s.applyMu.Unlock(); s.mu.RUnlock() }
+	if prev := s.applied.Load(); offset <= prev {
+		unlock()
+		return nil, fmt.Errorf("statestore: %s offset %d to task %d, which is already at %d: %w",
+			what, offset, s.task, prev, ErrOffsetNotAfter)
+	}
+	return unlock, nil
 }
 
 // setVersion adds t to b as a version, building its key and value in place.
