@@ -30,8 +30,8 @@ import (
 // since a table that overlaps nothing goes straight to the bottom level
 // (BenchmarkRestoreStore).
 //
-// A Loader belongs to one goroutine. It is reused after Commit; call
-// Discard to drop its memory.
+// A Loader belongs to one goroutine. It is reused after Commit, keeping
+// its memory until it is dropped.
 type Loader struct {
 	s *Store
 
@@ -90,13 +90,6 @@ func (l *Loader) Add(ticks []Tick) {
 		grp.last = int32(len(l.entries) - 1)
 		grp.n++
 	}
-}
-
-// Discard forgets what was added and drops the Loader's memory.
-func (l *Loader) Discard() {
-	l.index.slots, l.index.used = nil, 0
-	l.groups, l.entries, l.sorted, l.order = nil, nil, nil, nil
-	l.minOff = math.MaxInt64
 }
 
 // reset forgets what was added but keeps the memory.
