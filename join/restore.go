@@ -397,7 +397,7 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 	}()
 	var n int64
 	lastLog := time.Now()
-	for read := next; read < end; {
+	for next < end {
 		var f decodedBatch
 		select {
 		case f = <-dch:
@@ -407,18 +407,17 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		if err := s.applyDecodedRetrying(ctx, f); err != nil {
 			return n, false
 		}
-		next = f.next
 		select {
 		case free <- f.ticks[:0]:
 		default:
 		}
-		read = f.next
-		s.advance(read, -1)
+		next = f.next
+		s.advance(next, -1)
 		n += int64(f.n)
 		s.countRestored(f.n)
 		s.observeEnd(f.hwm)
 		if time.Since(lastLog) >= time.Second {
-			log.Info("restoring", "offset", read, "end_offset", end, "records", n)
+			log.Info("restoring", "offset", next, "end_offset", end, "records", n)
 			lastLog = time.Now()
 		}
 	}
