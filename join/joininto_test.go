@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/record"
 )
 
 // A chunk's alerts are encoded as they are joined; when a lookup of the
@@ -37,7 +38,7 @@ func TestJoinIntoRollsBackAFailedBatch(t *testing.T) {
 	if !errors.Is(err, errLookup) {
 		t.Fatalf("joinInto with an unknown owner: err %v, want errLookup", err)
 	}
-	if !bytes.Equal(e.buf, before) || len(e.spans) != spans || e.results != [len(joinResults)]int{0, 0, 0, 1} {
+	if !bytes.Equal(e.buf, before) || len(e.spans) != spans || e.results != [len(record.Results)]int{0, 0, 0, 1} {
 		t.Errorf("after the failed batch the chunk holds %d alerts %q (results %v); want the 1 it held: %q", len(e.spans), e.buf, e.results, before)
 	}
 }

@@ -148,7 +148,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	// Pre-create the label values users alert on, so absent series do not
 	// hide a problem.
-	for _, r := range []record.Result{record.ResultLocal, record.ResultRemote, record.ResultLate, record.ResultMiss} {
+	for _, r := range record.Results {
 		m.Joins.WithLabelValues(string(r))
 	}
 	for _, r := range RestoreReasons {

@@ -19,32 +19,33 @@ import (
 type encoded struct {
 	buf     []byte
 	spans   []alertSpan
-	results [len(joinResults)]int
+	results [len(record.Results)]int // per record.Result.Index
 }
 
 // alertSpan locates one alert in encoded.buf: key [k, v), value [v, e).
 type alertSpan struct{ k, v, e int }
 
-// joinResults are the results counted per batch, in encoded.results order.
-var joinResults = [...]record.Result{record.ResultLocal, record.ResultRemote, record.ResultLate, record.ResultMiss}
-
 // add encodes a with enc.
 func (e *encoded) add(enc *record.AlertEncoder, a *record.Alert) {
-	k := len(e.buf)
-	e.buf = append(e.buf, a.Symbol...)
-	v := len(e.buf)
+	k, v := e.key(a.Symbol)
 	e.buf = enc.Append(e.buf, a)
-	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
-	e.count(a.Result)
+	e.endAlert(k, v, a.Result)
 }
 
-// count counts an alert of result in e.results.
-func (e *encoded) count(result record.Result) {
-	for i, r := range joinResults {
-		if result == r {
-			e.results[i]++
-			break
-		}
+// key appends an alert's key, symbol, and returns where it starts and
+// where its value will.
+func (e *encoded) key(symbol string) (k, v int) {
+	k = len(e.buf)
+	e.buf = append(e.buf, symbol...)
+	return k, len(e.buf)
+}
+
+// endAlert records the alert of result whose key starts at k and whose
+// value, from v, was just appended.
+func (e *encoded) endAlert(k, v int, result record.Result) {
+	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
+	if i := result.Index(); i >= 0 {
+		e.results[i]++
 	}
 }
 
@@ -52,12 +53,9 @@ func (e *encoded) count(result record.Result) {
 // price whose alert fields are priceFields, with result (see
 // record.AlertEncoder.AppendPriced).
 func (e *encoded) addPriced(enc *record.AlertEncoder, n *record.Notification, nTsMs int64, priceFields []byte, result record.Result) {
-	k := len(e.buf)
-	e.buf = append(e.buf, n.Symbol...)
-	v := len(e.buf)
+	k, v := e.key(n.Symbol)
 	e.buf = enc.AppendPriced(e.buf, n, nTsMs, priceFields, result)
-	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
-	e.count(result)
+	e.endAlert(k, v, result)
 }
 
 // alertOverhead is about what an alert adds to its notification's JSON:
@@ -95,7 +93,7 @@ func (e *encoded) len() int {
 // after it (rollback).
 type encodedMark struct {
 	buf, spans int
-	results    [len(joinResults)]int
+	results    [len(record.Results)]int
 }
 
 func (e *encoded) mark() encodedMark {
@@ -107,7 +105,7 @@ func (e *encoded) rollback(m encodedMark) {
 }
 
 func (e *encoded) reset() {
-	e.buf, e.spans, e.results = e.buf[:0], e.spans[:0], [len(joinResults)]int{}
+	e.buf, e.spans, e.results = e.buf[:0], e.spans[:0], [len(record.Results)]int{}
 }
 
 // writeOut writes alerts and dead letters and waits for Kafka to
@@ -195,7 +193,7 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 		return err
 	}
 	// Counted per result, one counter update per result and write.
-	var counts [len(joinResults)]int
+	var counts [len(record.Results)]int
 	alerts := 0
 	for _, e := range batches {
 		for i, n := range e.results {
@@ -205,7 +203,7 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 	}
 	for i, n := range counts {
 		if n > 0 {
-			w.metrics.Joins.WithLabelValues(string(joinResults[i])).Add(float64(n))
+			w.metrics.Joins.WithLabelValues(string(record.Results[i])).Add(float64(n))
 		}
 	}
 	w.metrics.Alerts.Add(float64(alerts))

@@ -70,16 +70,13 @@ func appendAlertTail(dst []byte, result Result, worker string) []byte {
 // a result, so they are encoded once per result, not once per alert.
 type AlertEncoder struct {
 	worker string
-	tails  [len(results)][]byte
+	tails  [len(Results)][]byte // per Result.Index
 }
-
-// results are the join results whose alert tails an AlertEncoder keeps.
-var results = [...]Result{ResultLocal, ResultRemote, ResultLate, ResultMiss}
 
 // NewAlertEncoder returns the AlertEncoder of the alerts of worker.
 func NewAlertEncoder(worker string) *AlertEncoder {
 	e := &AlertEncoder{worker: worker}
-	for i, r := range results {
+	for i, r := range Results {
 		e.tails[i] = appendAlertTail(nil, r, worker)
 	}
 	return e
@@ -93,26 +90,25 @@ func (e *AlertEncoder) AppendPriced(dst []byte, n *Notification, notificationTsM
 	dst = appendNotificationFields(dst, n)
 	dst = append(dst, `,"notification_ts_ms":`...)
 	dst = strconv.AppendInt(dst, notificationTsMs, 10)
-	dst = append(dst, priceFields...)
-	for i, r := range results {
-		if result == r {
-			return append(dst, e.tails[i]...)
-		}
-	}
-	return appendAlertTail(dst, result, e.worker)
+	return e.appendTail(append(dst, priceFields...), result)
 }
 
 // Append appends the JSON of a to dst, byte for byte what AppendAlert
 // writes.
 func (e *AlertEncoder) Append(dst []byte, a *Alert) []byte {
-	if a.Worker == e.worker {
-		for i, r := range results {
-			if a.Result == r {
-				return append(appendAlertHead(dst, a), e.tails[i]...)
-			}
-		}
+	if a.Worker != e.worker {
+		return AppendAlert(dst, a)
 	}
-	return AppendAlert(dst, a)
+	return e.appendTail(appendAlertHead(dst, a), a.Result)
+}
+
+// appendTail appends the last fields of an alert of result by the
+// encoder's worker: the tail encoded once, for one of Results.
+func (e *AlertEncoder) appendTail(dst []byte, result Result) []byte {
+	if i := result.Index(); i >= 0 {
+		return append(dst, e.tails[i]...)
+	}
+	return appendAlertTail(dst, result, e.worker)
 }
 
 // AppendTick appends the JSON of t to dst, byte for byte what

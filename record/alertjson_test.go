@@ -257,3 +257,16 @@ func TestAppendJSONStringEveryPosition(t *testing.T) {
 		}
 	}
 }
+
+// TestResultIndex: each result's Index is its place in Results, which the
+// encoder's tails and join's counts are indexed by; other values have none.
+func TestResultIndex(t *testing.T) {
+	for i, r := range Results {
+		if got := r.Index(); got != i {
+			t.Errorf("%q.Index() = %d, want %d", r, got, i)
+		}
+	}
+	if got := Result("other").Index(); got != -1 {
+		t.Errorf(`"other".Index() = %d, want -1`, got)
+	}
+}

@@ -56,6 +56,20 @@ const (
 	ResultMiss Result = "miss"
 )
 
+// Results are the join results in a fixed order: a result's Index in it
+// indexes arrays of one entry per result.
+var Results = [...]Result{ResultLocal, ResultRemote, ResultLate, ResultMiss}
+
+// Index is r's place in Results, -1 for a value that is none of them.
+func (r Result) Index() int {
+	for i, x := range Results {
+		if r == x {
+			return i
+		}
+	}
+	return -1
+}
+
 // Alert is the enriched notification written to the alerts topic, keyed by
 // symbol: the notification's fields plus the joined price.
 type Alert struct {
