@@ -3,24 +3,13 @@ package group
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/testkit/realkafka"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
-
-// realBroker returns the brokers of JOINER_KAFKA_BROKERS, or skips.
-func realBroker(t *testing.T) []string {
-	t.Helper()
-	env := os.Getenv("JOINER_KAFKA_BROKERS")
-	if env == "" {
-		t.Skip("JOINER_KAFKA_BROKERS is not set (scripts/kafka start; see docs/integration.md)")
-	}
-	return strings.Split(env, ",")
-}
 
 // freshTopics creates a market and a notifications topic of testPartitions
 // partitions with names no other test uses, and returns them with a group
@@ -48,7 +37,7 @@ func freshTopics(t *testing.T, addrs []string, name string) (record.Topics, stri
 // TestCommitDuringRebalanceRealBroker: Kafka accepts the old generation's
 // commits while it prepares a rebalance.
 func TestCommitDuringRebalanceRealBroker(t *testing.T) {
-	addrs := realBroker(t)
+	addrs := realkafka.Brokers(t)
 	topics, groupID := freshTopics(t, addrs, "commit")
 	commitDuringRebalance(t, addrs, func(c *Config) { c.Topics, c.GroupID = topics, groupID })
 }
@@ -58,7 +47,7 @@ func TestCommitDuringRebalanceRealBroker(t *testing.T) {
 // handover relies on the coordinator rebalancing when a known member
 // rejoins a stable group with changed metadata.
 func TestCooperativeScaleOutRealBroker(t *testing.T) {
-	addrs := realBroker(t)
+	addrs := realkafka.Brokers(t)
 	for _, k := range []int{0, 1} {
 		t.Run(fmt.Sprint("standbys ", k), func(t *testing.T) {
 			topics, prefix := freshTopics(t, addrs, fmt.Sprint("coop-", k))
@@ -72,7 +61,7 @@ func TestCooperativeScaleOutRealBroker(t *testing.T) {
 // TestLeaderComputesLagsRealBroker: the leader's ListOffsets and lags on a
 // real broker.
 func TestLeaderComputesLagsRealBroker(t *testing.T) {
-	addrs := realBroker(t)
+	addrs := realkafka.Brokers(t)
 	topics, groupID := freshTopics(t, addrs, "lags")
 	leaderComputesLags(t, addrs, topics, groupID, false)
 }
@@ -80,7 +69,7 @@ func TestLeaderComputesLagsRealBroker(t *testing.T) {
 // TestProbingRebalanceRealBroker: the leader's probing rejoin rebalances a
 // real broker's group, and caught-up warm-ups move.
 func TestProbingRebalanceRealBroker(t *testing.T) {
-	addrs := realBroker(t)
+	addrs := realkafka.Brokers(t)
 	topics, groupID := freshTopics(t, addrs, "probe")
 	probingRebalance(t, addrs, func(c *Config) { c.Topics, c.GroupID = topics, groupID })
 }

@@ -3,26 +3,16 @@ package produce
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/testkit/realkafka"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/segmentio/kafka-go"
 )
-
-// realBroker returns the brokers of JOINER_KAFKA_BROKERS, or skips.
-func realBroker(t *testing.T) []string {
-	t.Helper()
-	env := os.Getenv("JOINER_KAFKA_BROKERS")
-	if env == "" {
-		t.Skip("JOINER_KAFKA_BROKERS is not set (scripts/kafka start; see docs/integration.md)")
-	}
-	return strings.Split(env, ",")
-}
 
 // TestRefreshRealBroker: on a real Kafka, the producer's forced refresh (a
 // validate-only CreateTopics for an invalid topic) makes the Transport
@@ -30,7 +20,7 @@ func realBroker(t *testing.T) []string {
 // timer is set to an hour, so a topic created after the Transport cached
 // the cluster is found only through the refresh.
 func TestRefreshRealBroker(t *testing.T) {
-	addrs := realBroker(t)
+	addrs := realkafka.Brokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 30 * time.Second, Transport: &kafka.Transport{}}
@@ -97,11 +87,7 @@ func cpuTime() time.Duration {
 //
 //	JOINER_KAFKA_BROKERS=127.0.0.1:9092 go test -run '^$' -bench WriteRealBroker -benchmem ./produce/
 func BenchmarkWriteRealBroker(b *testing.B) {
-	env := os.Getenv("JOINER_KAFKA_BROKERS")
-	if env == "" {
-		b.Skip("JOINER_KAFKA_BROKERS is not set (scripts/kafka start; see docs/integration.md)")
-	}
-	addrs := strings.Split(env, ",")
+	addrs := realkafka.Brokers(b)
 	ctx := context.Background()
 	topic := fmt.Sprintf("produce-bench-%d", time.Now().UnixNano())
 	admin := &kafka.Client{Addr: kafka.TCP(addrs...), Timeout: 30 * time.Second}
