@@ -27,6 +27,10 @@ func randomLoad(r *rand.Rand, n, syms, commits int) loadCase {
 	names := make([]string, syms)
 	for i := range names {
 		names[i] = fmt.Sprintf("S%d", r.IntN(syms*3)) // "S1", "S12", "S123": prefixes
+		if i%3 == 0 {
+			// Long symbols: their first 8 bytes are not enough to order them.
+			names[i] = fmt.Sprintf("LONGNAME%d", r.IntN(syms*3))
+		}
 	}
 	var all []Tick
 	for off := range int64(n) {
