@@ -58,8 +58,12 @@ type stateTask struct {
 
 	// prunedCut is the cut of the last successful prune; owned by run.
 	prunedCut int64
-	// bulk is set by restore when it bulk-loads the store; owned by run.
-	bulk bool
+	// bulk is set by restore when it bulk-loads the store, and
+	// loadCommits is the time its load commits took (sorting and writing
+	// the tables after the chunk's last fetch, and Pebble's ingest);
+	// owned by run.
+	bulk        bool
+	loadCommits time.Duration
 
 	// merged is set when this member also processes the task's
 	// notifications: the process task then drives the tail (runMerged)
@@ -315,7 +319,12 @@ func (s *stateTask) run(ctx context.Context) {
 	s.resumeAt = r.next
 	close(s.restored)
 	w.updateTaskGauges()
-	log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", s.bulk)
+	if s.bulk {
+		log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(),
+			"bulk", true, "store_seconds", s.loadCommits.Seconds())
+	} else {
+		log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", false)
+	}
 	s.prunedCut = math.MinInt64
 	prune := time.NewTicker(w.pruneInterval())
 	defer prune.Stop()
@@ -576,6 +585,8 @@ func (s *stateTask) commitLoadRetrying(ctx context.Context, load *restoreLoad) e
 	if !load.added {
 		return nil
 	}
+	began := time.Now()
+	defer func() { s.loadCommits += time.Since(began) }()
 	for attempt := 0; ; attempt++ {
 		err := load.l.Commit(load.last)
 		if err == nil {

@@ -123,6 +123,10 @@ func TestRestoreStoresEveryTick(t *testing.T) {
 			if dead := rig.out.byTopic(record.DefaultDeadLetterTopic); len(dead) != 2 {
 				t.Fatalf("%d dead letters, want 2", len(dead))
 			}
+			// The time of the load commits, logged as store_seconds.
+			if bulk := mode != "apply"; rig.st.bulk != bulk || (rig.st.loadCommits > 0) != bulk {
+				t.Fatalf("bulk %v, load commits took %v; want bulk %v and a time only then", rig.st.bulk, rig.st.loadCommits, bulk)
+			}
 		})
 	}
 }
