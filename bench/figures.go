@@ -292,6 +292,10 @@ type restoreRound struct {
 	Round   int
 	Records float64
 	Seconds float64
+	// StoreSeconds is the part of a joiner restore's Seconds its bulk
+	// load's commits took after the last fetches (store_seconds in its
+	// log), -1 when unknown; 0 for the raw consume.
+	StoreSeconds float64
 }
 
 func (r restoreRound) Rate() float64 { return r.Records / r.Seconds }
@@ -328,7 +332,8 @@ func (b *bench) restore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		jr := restoreRound{Kind: "joiner", Round: round, Records: m["joiner_restore_records_total"], Seconds: m["joiner_restore_seconds_sum"]}
+		jr := restoreRound{Kind: "joiner", Round: round, Records: m["joiner_restore_records_total"], Seconds: m["joiner_restore_seconds_sum"],
+			StoreSeconds: restoreStoreSeconds(ps)}
 		out, err := exec.CommandContext(ctx, c.passthrough, "--brokers", c.brokers, "--input", market, "--consume-only", "--partition", "0").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("raw consume: %w: %s", err, out)

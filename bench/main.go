@@ -223,27 +223,51 @@ func (b *bench) startJoiners(ctx context.Context, n int, group, market, notifica
 // when none did.
 func taskStart(ps []*proc) time.Time {
 	var first time.Time
+	scanLogs(ps, func(line []byte) {
+		var l struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal(line, &l) == nil && strings.HasPrefix(l.Msg, "processing notifications") {
+			if first.IsZero() || l.Time.Before(first) {
+				first = l.Time
+			}
+		}
+	})
+	return first
+}
+
+// restoreStoreSeconds is the store_seconds of the first bulk "restore
+// complete" line in the workers' JSON logs: the time its load commits took
+// after the last fetches. -1 when there is none.
+func restoreStoreSeconds(ps []*proc) float64 {
+	secs := -1.0
+	scanLogs(ps, func(line []byte) {
+		var l struct {
+			Msg          string   `json:"msg"`
+			StoreSeconds *float64 `json:"store_seconds"`
+		}
+		if secs < 0 && json.Unmarshal(line, &l) == nil && l.Msg == "restore complete" && l.StoreSeconds != nil {
+			secs = *l.StoreSeconds
+		}
+	})
+	return secs
+}
+
+// scanLogs calls f with every line of the logs of ps so far.
+func scanLogs(ps []*proc, f func(line []byte)) {
 	for _, p := range ps {
-		f, err := os.Open(p.log.Name())
+		file, err := os.Open(p.log.Name())
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
+		sc := bufio.NewScanner(file)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
-			var l struct {
-				Time time.Time `json:"time"`
-				Msg  string    `json:"msg"`
-			}
-			if json.Unmarshal(sc.Bytes(), &l) == nil && strings.HasPrefix(l.Msg, "processing notifications") {
-				if first.IsZero() || l.Time.Before(first) {
-					first = l.Time
-				}
-			}
+			f(sc.Bytes())
 		}
-		f.Close()
+		file.Close()
 	}
-	return first
 }
 
 // stopAll stops ps; it returns their summed CPU time and largest peak RSS.

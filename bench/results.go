@@ -179,6 +179,9 @@ func (r *results) summary() string {
 		j, raw := r.restoreKinds()
 		fmt.Fprintf(&b, "restore (%.0f ticks, one partition): joiner into Pebble %s records/s; raw consume %s records/s; ratio %s (target ≥ 0.8)\n",
 			j[0].Records, spreadOf(collect(j, restoreRound.Rate)).format(rate), spreadOf(collect(raw, restoreRound.Rate)).format(rate), r.restoreRatio().format(ratio))
+		if st, rd, ok := r.restoreSplit(); ok {
+			fmt.Fprintf(&b, "  joiner's restore: storing after the last fetch %s; reading (the rest) / raw consume time, per round: %s\n", st.format(secs), rd.format(ratio))
+		}
 	}
 	if d := r.demo; d != nil {
 		fmt.Fprintf(&b, "joiner demo, %d notifications: peak RSS %s (target ≤ 300 MiB), %s, CPU %s, longest silence on stderr %s\n",
@@ -205,6 +208,22 @@ func (r *results) restoreRatio() spread {
 		rs = append(rs, j[i].Rate()/raw[i].Rate())
 	}
 	return spreadOf(rs)
+}
+
+// restoreSplit is how joiner's restores divide, when every round logged
+// it: the seconds of storing after the last fetch, and per round the time
+// of the rest (reading, decoding, grouping) over the raw consume's.
+func (r *results) restoreSplit() (store, read spread, ok bool) {
+	j, raw := r.restoreKinds()
+	var st, rd []float64
+	for i := range min(len(j), len(raw)) {
+		if j[i].StoreSeconds < 0 {
+			return spread{}, spread{}, false
+		}
+		st = append(st, j[i].StoreSeconds)
+		rd = append(rd, (j[i].Seconds-j[i].StoreSeconds)/raw[i].Seconds)
+	}
+	return spreadOf(st), spreadOf(rd), len(st) > 0
 }
 
 // write writes the results file and its charts; it returns the file's path.
@@ -280,11 +299,18 @@ func (r *results) write(c config) (string, error) {
 			return "", err
 		}
 		fmt.Fprintf(&b, "\n## Restore\n\nOne market partition of %.0f ticks. joiner: a fresh worker (fresh group and state dir) restores it into Pebble; rate = joiner_restore_records_total / joiner_restore_seconds_sum. Raw consume: `passthrough --consume-only`, the same kafka-go Fetch loop as joiner's partition reader, from the first offset to the end offset, no decode and no store. Interleaved.\n\n![restore](%s)\n\n", j[0].Records, chart)
-		b.WriteString("| round | kind | records | seconds | records/s |\n|---|---|---|---|---|\n")
+		b.WriteString("| round | kind | records | seconds | of which storing after the last fetch | records/s |\n|---|---|---|---|---|---|\n")
 		for _, x := range r.restore {
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %.3f | %.0f |\n", x.Round, x.Kind, x.Records, x.Seconds, x.Rate())
+			store := ""
+			if x.Kind == "joiner" && x.StoreSeconds >= 0 {
+				store = fmt.Sprintf("%.3f", x.StoreSeconds)
+			}
+			fmt.Fprintf(&b, "| %d | %s | %.0f | %.3f | %s | %.0f |\n", x.Round, x.Kind, x.Records, x.Seconds, store, x.Rate())
 		}
 		fmt.Fprintf(&b, "\nRatio joiner / raw consume, per round: %s\n", r.restoreRatio().format(ratio))
+		if st, rd, ok := r.restoreSplit(); ok {
+			fmt.Fprintf(&b, "\njoiner's restores stored for %s after their last fetch (store_seconds in the \"restore complete\" log line: sorting, writing and ingesting the tables); the rest of each restore (reading, decoding, grouping) took %s the raw consume's time, per round.\n", st.format(secs), rd.format(ratio))
+		}
 	}
 	if d := r.demo; d != nil {
 		fmt.Fprintf(&b, "\n## `joiner demo`\n\n`joiner demo --symbols 1000 --ticks-per-symbol 10 --notifications-per-symbol %d` (embedded broker, 4 workers, 6 partitions, all in one process): peak RSS %d MiB (rusage), %.1f s, CPU %s, longest time without a progress line on stderr %s, exit ok %v.\n\nLast line: `%s`\n",
