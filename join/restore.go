@@ -319,12 +319,11 @@ func (s *stateTask) run(ctx context.Context) {
 	s.resumeAt = r.next
 	close(s.restored)
 	w.updateTaskGauges()
+	attrs := []any{"records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", s.bulk}
 	if s.bulk {
-		log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(),
-			"bulk", true, "store_seconds", s.loadCommits.Seconds())
-	} else {
-		log.Info("restore complete", "records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", false)
+		attrs = append(attrs, "store_seconds", s.loadCommits.Seconds())
 	}
+	log.Info("restore complete", attrs...)
 	s.prunedCut = math.MinInt64
 	prune := time.NewTicker(w.pruneInterval())
 	defer prune.Stop()
