@@ -24,14 +24,19 @@ func AppendAlert(dst []byte, a *Alert) []byte {
 
 // appendAlertHead appends the fields of a before "result".
 func appendAlertHead(dst []byte, a *Alert) []byte {
-	dst = appendNotificationFields(dst, &a.Notification)
-	dst = append(dst, `,"notification_ts_ms":`...)
-	dst = strconv.AppendInt(dst, a.NotificationTsMs, 10)
+	dst = appendNotified(dst, &a.Notification, a.NotificationTsMs)
 	if a.Price != nil {
-		dst = append(dst, `,"price":`...)
-		dst = appendJSONFloat(dst, *a.Price)
+		return AppendPriceFields(dst, *a.Price, a.PriceTsMs)
 	}
 	return appendPriceTs(dst, a.PriceTsMs)
+}
+
+// appendNotified appends an alert's first fields: those of its
+// notification n, opening the object, and "notification_ts_ms".
+func appendNotified(dst []byte, n *Notification, notificationTsMs int64) []byte {
+	dst = appendNotificationFields(dst, n)
+	dst = append(dst, `,"notification_ts_ms":`...)
+	return strconv.AppendInt(dst, notificationTsMs, 10)
 }
 
 // appendPriceTs appends an alert's "price_ts_ms" field, which it omits
@@ -87,9 +92,7 @@ func NewAlertEncoder(worker string) *AlertEncoder {
 // (AppendPriceFields), with result, by the encoder's worker: byte for byte
 // what AppendAlert writes for that alert.
 func (e *AlertEncoder) AppendPriced(dst []byte, n *Notification, notificationTsMs int64, priceFields []byte, result Result) []byte {
-	dst = appendNotificationFields(dst, n)
-	dst = append(dst, `,"notification_ts_ms":`...)
-	dst = strconv.AppendInt(dst, notificationTsMs, 10)
+	dst = appendNotified(dst, n, notificationTsMs)
 	return e.appendTail(append(dst, priceFields...), result)
 }
 
