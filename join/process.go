@@ -224,9 +224,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 	for _, rec := range recs {
 		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
 			k := len(e.buf)
-			e.buf = append(append(e.buf, rec.Key...), rec.Value...)
-			e.spans = append(e.spans, alertSpan{k, k + len(rec.Key), len(e.buf)})
-			e.results[0]++
+			e.buf = append(e.buf, rec.Key...)
+			v := len(e.buf)
+			e.buf = append(e.buf, rec.Value...)
+			e.endAlert(k, v, record.ResultLocal)
 			continue
 		}
 		// The fetched value is never written again (package fetch carves
