@@ -29,20 +29,11 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for attempt := 0; ctx.Err() == nil; {
-			sent := time.Now()
-			recs, err := r.fetch(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				log.Warn("fetch failed; retrying", "topic", r.topic, "err", err)
-				w.metrics.FetchErrors.Inc()
-				_ = sleep(ctx, backoff(attempt))
-				attempt++
-				continue
+		for {
+			recs, sent, ok := w.fetchRetrying(ctx, r, log)
+			if !ok {
+				return
 			}
-			attempt = 0
 			select {
 			case ch <- fetched{recs: recs, next: r.next, hwm: r.hwm, sent: sent}:
 			case <-ctx.Done():
@@ -51,6 +42,26 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 		}
 	}()
 	return ch
+}
+
+// fetchRetrying fetches once from r (partitionReader.fetch), a failure
+// logged, counted and retried with backoff. It returns the records and
+// when the fetch that returned them was sent, or false when ctx is done.
+func (w *Processor) fetchRetrying(ctx context.Context, r *partitionReader, log *slog.Logger) ([]fetchedRecord, time.Time, bool) {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		sent := time.Now()
+		recs, err := r.fetch(ctx)
+		if err == nil {
+			return recs, sent, true
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		log.Warn("fetch failed; retrying", "topic", r.topic, "offset", r.next, "err", err)
+		w.metrics.FetchErrors.Inc()
+		_ = sleep(ctx, backoff(attempt))
+	}
+	return nil, time.Time{}, false
 }
 
 // Bounds of the merge: how many records one side buffers before its reader

@@ -505,19 +505,11 @@ func (s *stateTask) readRange(ctx context.Context, wg *sync.WaitGroup, r *partit
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for attempt := 0; r.next < to && ctx.Err() == nil; {
-			recs, err := r.fetch(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				log.Warn("fetch failed; retrying", "topic", r.topic, "offset", r.next, "err", err)
-				s.w.metrics.FetchErrors.Inc()
-				_ = sleep(ctx, backoff(attempt))
-				attempt++
-				continue
+		for r.next < to {
+			recs, _, ok := s.w.fetchRetrying(ctx, r, log)
+			if !ok {
+				return
 			}
-			attempt = 0
 			if i := slices.IndexFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to }); i >= 0 {
 				recs = recs[:i] // the next range's
 			}
@@ -733,29 +725,19 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 // step fetches once and applies what it got. It returns the number of
 // records read and false when ctx is done or the store closed.
 func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64, log *slog.Logger) (int, bool) {
-	for attempt := 0; ; attempt++ {
-		recs, err := r.fetch(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return 0, false
-			}
-			log.Warn("fetch failed; retrying", "err", err)
-			s.w.metrics.FetchErrors.Inc()
-			if sleep(ctx, backoff(attempt)) != nil {
-				return 0, false
-			}
-			continue
-		}
-		if err := s.applyRetrying(ctx, recs, dlqFrom); err != nil {
-			return 0, false
-		}
-		s.advance(r.next, -1)
-		if s.isStandby() {
-			s.countRestored(len(recs))
-			s.observeEnd(r.hwm)
-		}
-		return len(recs), true
+	recs, _, ok := s.w.fetchRetrying(ctx, r, log)
+	if !ok {
+		return 0, false
 	}
+	if err := s.applyRetrying(ctx, recs, dlqFrom); err != nil {
+		return 0, false
+	}
+	s.advance(r.next, -1)
+	if s.isStandby() {
+		s.countRestored(len(recs))
+		s.observeEnd(r.hwm)
+	}
+	return len(recs), true
 }
 
 // applyRetrying decodes recs and applies them (applyDecodedRetrying):

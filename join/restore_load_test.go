@@ -3,11 +3,13 @@ package join
 import (
 	"cmp"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,4 +216,46 @@ func TestJoinAndCommitOnFakesBulkRestore(t *testing.T) {
 func TestKeptTaskRunsThroughRebalanceBulkRestore(t *testing.T) {
 	restoreMode(t, "load")
 	TestKeptTaskRunsThroughRebalance(t)
+}
+
+// flakyFetcher fails every third Fetch (counted across goroutines).
+type flakyFetcher struct {
+	chunkFetcher
+	calls *atomic.Int64
+}
+
+func (f flakyFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error) {
+	if f.calls.Add(1)%3 == 0 {
+		return nil, errors.New("injected fetch failure")
+	}
+	return f.chunkFetcher.Fetch(ctx, req)
+}
+
+// TestRestoreRetriesFailedFetches restores through a fetcher that fails
+// every third fetch, every way: each failure must be counted in
+// joiner_fetch_errors_total and retried, and every tick stored.
+func TestRestoreRetriesFailedFetches(t *testing.T) {
+	for _, mode := range restoreModes {
+		t.Run(mode, func(t *testing.T) {
+			restoreMode(t, mode)
+			calls := new(atomic.Int64)
+			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return flakyFetcher{chunkFetcher{f, 4}, calls} })
+			for off := range int64(30) {
+				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)))
+			}
+			r := newPartitionReader(rig.st.w.cfg.Client, "market", 0, 0, time.Millisecond)
+			n, ok := rig.st.restore(context.Background(), r, 30, 0, rig.st.w.log)
+			if !ok || n != 30 || rig.st.appliedOffset() != 29 {
+				t.Fatalf("restore: ok %v, %d records, applied offset %d; want true, 30 and 29", ok, n, rig.st.appliedOffset())
+			}
+			h, err := rig.st.store.History("X")
+			if err != nil || len(h) != 30 {
+				t.Fatalf("%d versions stored (%v), want 30", len(h), err)
+			}
+			// A fetch that failed as the restore ended is not counted.
+			if failed := counterValue(rig.st.w.metrics.FetchErrors); failed == 0 || failed > calls.Load()/3 {
+				t.Fatalf("joiner_fetch_errors_total = %v after %d fetches, want one in three", failed, calls.Load())
+			}
+		})
+	}
 }
