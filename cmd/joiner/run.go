@@ -82,9 +82,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err := validateRun(fs.FlagSet, &cfg); err != nil {
 		return fs.fail(2, err)
 	}
-	if cfg.BulkRestoreMin <= 0 {
-		cfg.BulkRestoreMin = -1 // never; node's 0 is the default
-	}
+	cfg.BulkRestoreMin = bulkRestoreMin(cfg.BulkRestoreMin)
 	cfg.PartitionsExplicit = fs.given("partitions")
 	cfg.ProcessMetrics = true
 	cfg.Logger = log
@@ -108,4 +106,14 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fs.fail(1, err)
 	}
 	return 0
+}
+
+// bulkRestoreMin is node.Config.BulkRestoreMin for the value of
+// --bulk-restore-min, whose 0 or less means never: -1, since the Config's
+// 0 means the default.
+func bulkRestoreMin(flag int64) int64 {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }

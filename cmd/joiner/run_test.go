@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/joiner-dev/joiner/join"
 )
 
 // Every wrong flag or env value of `joiner run` is a usage error: exit 2,
@@ -162,4 +164,17 @@ func (w *syncWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// TestBulkRestoreMin: --bulk-restore-min 0 (or less) means never, which
+// the Config spells -1 (its 0 is the default); other values pass as they
+// are.
+func TestBulkRestoreMin(t *testing.T) {
+	for _, tc := range []struct{ flag, want int64 }{
+		{0, -1}, {-5, -1}, {1, 1}, {join.DefaultBulkRestoreMin, join.DefaultBulkRestoreMin},
+	} {
+		if got := bulkRestoreMin(tc.flag); got != tc.want {
+			t.Errorf("bulkRestoreMin(%d) = %d, want %d", tc.flag, got, tc.want)
+		}
+	}
 }
