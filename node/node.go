@@ -141,6 +141,7 @@ type Node struct {
 	listener net.Listener
 	addr     string
 	reg      *prometheus.Registry
+	retries  prometheus.Counter // joiner_startup_retries_total
 	peer     *peerAuth
 }
 
@@ -178,6 +179,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
+	// The registry comes first: /metrics answers while bootstrap waits.
+	n.reg = prometheus.NewRegistry()
+	if cfg.ProcessMetrics {
+		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	n.registerStartupMetrics()
 	parts, err := n.bootstrap(ctx)
 	if err != nil {
 		return nil, err
@@ -215,10 +222,6 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport})
 	if err != nil {
 		return nil, err
-	}
-	n.reg = prometheus.NewRegistry()
-	if cfg.ProcessMetrics {
-		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if n.peer, err = newPeerAuth(cfg, n.reg); err != nil {
 		return nil, err

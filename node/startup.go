@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/backoff"
-	"github.com/segmentio/kafka-go"
-
+	"github.com/joiner-dev/joiner/internal/buildinfo"
 	"github.com/joiner-dev/joiner/internal/fielderr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/segmentio/kafka-go"
 )
 
 // DefaultStartupTimeout bounds how long New waits for Kafka at start.
@@ -29,7 +31,8 @@ var startupBackoff = backoff.Policy{Min: 250 * time.Millisecond, Max: 10 * time.
 // retried with capped, jittered backoff until Config.StartupTimeout; every
 // other error (topics not co-partitioned, a missing topic without
 // --create-topics, a --partitions conflict) is returned at once. While it
-// waits, the HTTP listener answers /healthz 200 and /readyz 503.
+// waits, the HTTP listener answers /healthz 200, /readyz 503 (saying why)
+// and /metrics, where joiner_startup_retries_total counts the retries.
 func (n *Node) bootstrap(ctx context.Context) (int, error) {
 	timeout := n.cfg.StartupTimeout
 	if timeout <= 0 {
@@ -62,11 +65,14 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 				n.cfg.Brokers, timeout, attempt+1, err)
 		}
 		if waiting == nil {
-			if waiting, err = n.serveWaiting(); err != nil {
-				return 0, err
+			w, serr := n.serveWaiting()
+			if serr != nil {
+				return 0, serr
 			}
+			waiting = w
 		}
 		waiting.reason.Store(fmt.Sprintf("waiting for Kafka at %v: %v", n.cfg.Brokers, err))
+		n.retries.Inc()
 		d := min(startupBackoff.Delay(attempt), timeout-elapsed)
 		n.log.Warn("Kafka is not reachable; retrying", "brokers", n.cfg.Brokers, "attempt", attempt+1,
 			"retry_in", d.Round(time.Millisecond), "gives_up_in", (timeout - elapsed).Round(time.Second), "err", err)
@@ -74,6 +80,23 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("stopped while waiting for Kafka at %v: %w", n.cfg.Brokers, err)
 		}
 	}
+}
+
+// registerStartupMetrics registers the metrics that exist before Kafka
+// answers: joiner_build_info (which binary this is, always 1) and
+// joiner_startup_retries_total.
+func (n *Node) registerStartupMetrics() {
+	bi := buildinfo.Get()
+	n.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "joiner_build_info",
+		Help:        "Always 1; the labels say which joiner binary runs (joiner version).",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
+	}, func() float64 { return 1 }))
+	n.retries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "joiner_startup_retries_total",
+		Help: "Attempts to reach Kafka at start that failed and were retried (--startup-timeout).",
+	})
+	n.reg.MustRegister(n.retries)
 }
 
 func (n *Node) checkTopics(ctx context.Context) (int, error) {
@@ -134,13 +157,15 @@ func (n *Node) serveWaiting() (*waitServer, error) {
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
 		http.Error(rw, w.reason.Load().(string), http.StatusServiceUnavailable)
 	})
+	// Prometheus sees the target up and counts the retries.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
 	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		_ = w.srv.Serve(w.l)
 	}()
-	n.log.Info("serving /healthz and /readyz while waiting for Kafka", "http", tl.Addr().String())
+	n.log.Info("serving /healthz, /readyz and /metrics while waiting for Kafka", "http", tl.Addr().String())
 	return w, nil
 }
 
