@@ -7,7 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // envName is the environment variable that sets a flag: JOINER_ and the
@@ -18,7 +21,8 @@ func envName(flag string) string {
 
 // cmdFlags is the flag set of one subcommand, the one flag helper every
 // subcommand uses. -h prints the usage on stdout and exits 0; a bad flag
-// prints the error and the usage on stderr and exits 2.
+// prints one line on stderr, naming the flag (--name) and the form its
+// value takes, and exits 2.
 type cmdFlags struct {
 	*flag.FlagSet
 	synopsis string // after "usage: joiner "
@@ -39,8 +43,8 @@ type cmdFlags struct {
 
 func newFlags(name, synopsis string, stdout, stderr io.Writer) *cmdFlags {
 	f := &cmdFlags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), synopsis: synopsis, stdout: stdout, stderr: stderr}
-	f.SetOutput(stderr)
-	f.Usage = func() {} // parse prints the usage where it belongs
+	f.SetOutput(io.Discard) // parse prints the error, in one line of its own
+	f.Usage = func() {}     // and the usage only for -h
 	return f
 }
 
@@ -58,9 +62,8 @@ func (f *cmdFlags) parse(args []string) (positional []string, status int, ok boo
 	case errors.Is(err, flag.ErrHelp):
 		f.printUsage(f.stdout)
 		return nil, 0, false
-	case err != nil: // the flag package printed the error
-		f.printUsage(f.stderr)
-		return nil, 2, false
+	case err != nil:
+		return nil, f.usageError(f.flagError(err)), false
 	}
 	if f.env {
 		if err := f.fillFromEnv(); err != nil {
@@ -96,11 +99,84 @@ func (f *cmdFlags) fail(status int, err error) int {
 	return status
 }
 
-// usageError prints msg and the usage on stderr and returns 2.
+// usageError prints "joiner <name>: msg (see joiner <name> -h)", one
+// line on stderr, and returns 2.
 func (f *cmdFlags) usageError(msg string) int {
-	fmt.Fprintf(f.stderr, "joiner %s: %s\n\n", f.Name(), msg)
-	f.printUsage(f.stderr)
+	fmt.Fprintf(f.stderr, "joiner %s: %s (see joiner %s -h)\n", f.Name(), msg, f.Name())
 	return 2
+}
+
+// The errors of the flag package, which name flags with one dash.
+var (
+	flagUndefined = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	flagNoValue   = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+	flagBadValue  = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-+([^:]*): `)
+	flagBadSyntax = regexp.MustCompile(`^bad flag syntax: (.*)$`)
+)
+
+// flagError rewords err, from the flag package, with the flag spelled
+// as in the help (--name) and, for a bad value, the form it takes.
+func (f *cmdFlags) flagError(err error) string {
+	msg := err.Error()
+	if m := flagUndefined.FindStringSubmatch(msg); m != nil {
+		return "unknown flag --" + m[1]
+	}
+	if m := flagNoValue.FindStringSubmatch(msg); m != nil {
+		if form := valueForm(f.Lookup(m[1])); form != "" {
+			return "--" + m[1] + " needs a value: " + form
+		}
+		return "--" + m[1] + " needs a value"
+	}
+	if m := flagBadValue.FindStringSubmatch(msg); m != nil {
+		form := valueForm(f.Lookup(m[2]))
+		if form == "" { // a Value of our own: its error says what it wants
+			return "invalid value " + m[1] + " for --" + m[2] + ": " + msg[len(m[0]):]
+		}
+		return "invalid value " + m[1] + " for --" + m[2] + ": want " + form
+	}
+	if m := flagBadSyntax.FindStringSubmatch(msg); m != nil {
+		return "bad flag syntax " + strconv.Quote(m[1]) + ": flags are --name value or --name=value"
+	}
+	return msg
+}
+
+// valueForm says what a flag's value looks like, by its type; "" for a
+// string or a type it does not know.
+func valueForm(fl *flag.Flag) string {
+	if fl == nil {
+		return ""
+	}
+	g, _ := fl.Value.(flag.Getter)
+	if g == nil {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "a duration with its unit, such as " + durationExample(fl)
+	case bool:
+		return "true or false (or the flag alone for true)"
+	case int, int64:
+		return "an integer, such as " + numberExample(fl)
+	case uint, uint64:
+		return "a non-negative integer, such as " + numberExample(fl)
+	case float64:
+		return "a number, such as " + numberExample(fl)
+	}
+	return ""
+}
+
+func durationExample(fl *flag.Flag) string {
+	if fl.DefValue != "" && fl.DefValue != "0s" {
+		return fl.DefValue
+	}
+	return "10s"
+}
+
+func numberExample(fl *flag.Flag) string {
+	if fl.DefValue != "" && fl.DefValue != "0" {
+		return fl.DefValue
+	}
+	return "1"
 }
 
 // given reports whether the flag was set on the command line or by its

@@ -2,7 +2,8 @@
 //
 // Each subcommand lives in its own file and only parses flags and wires
 // packages together; all parse with the one helper in flags.go (-h prints
-// the usage on stdout and exits 0, a usage error exits 2):
+// the usage on stdout and exits 0, a usage error prints one line on stderr
+// and exits 2):
 //
 //	joiner run        one worker (group member, state, join, HTTP)
 //	joiner loadgen    produce ticks and notifications keyed by symbol
