@@ -61,7 +61,11 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 		}
 		elapsed := time.Since(start)
 		if elapsed >= timeout {
-			return 0, fielderr.Errorf("Kafka at %v did not answer within {StartupTimeout} %s (%d attempts): %w; check {Brokers} and the network, or raise {StartupTimeout}",
+			check := "check {Brokers} and the network"
+			if fielderr.Names(err, "Brokers") { // the cause already says so
+				check = "check the network"
+			}
+			return 0, fielderr.Errorf("Kafka at %v did not answer within {StartupTimeout} %s (%d attempts): %w; "+check+", or raise {StartupTimeout}",
 				n.cfg.Brokers, timeout, attempt+1, err)
 		}
 		if waiting == nil {

@@ -70,7 +70,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if _, status, ok := fs.parse(args); !ok {
 		return status
 	}
-	log, err := newLogger(stderr, logFormat, logLvl)
+	log, err := fs.newLogger(stderr, logFormat, logLvl)
 	if err != nil {
 		return fs.fail(2, err)
 	}

@@ -30,6 +30,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{"empty group from env", nil, map[string]string{"JOINER_GROUP": ""}, "JOINER_GROUP"},
 		{"empty instance id", []string{"--instance-id", ""}, nil, "--instance-id"},
 		{"empty instance id from env", nil, map[string]string{"JOINER_INSTANCE_ID": ""}, "--instance-id"},
+		{"instance id over Kafka's limit", []string{"--instance-id", strings.Repeat("w", 250)}, nil, "--instance-id is 250 characters"},
+		{"advertise addr too long", []string{"--advertise-addr", strings.Repeat("h", 251) + ":8080"}, nil, "--advertise-addr is 256 bytes"},
 		{"empty market topic", []string{"--market-topic", ""}, nil, "--market-topic"},
 		{"empty notifications topic", []string{"--notifications-topic", ""}, nil, "--notifications-topic"},
 		{"empty alerts topic", []string{"--alerts-topic", ""}, nil, "--alerts-topic"},
