@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/joiner-dev/joiner/internal/buildinfo"
 )
 
 // Every subcommand parses with the one flag helper: -h and --help print the
@@ -87,5 +89,51 @@ func TestFlagErrorsOneLine(t *testing.T) {
 		if strings.Contains(got, " -"+strings.TrimLeft(tc.args[1], "-")) {
 			t.Errorf("joiner %s: %q spells a flag with one dash", strings.Join(tc.args, " "), got)
 		}
+	}
+}
+
+// `joiner help <command>` is `joiner <command> -h`; `joiner version` and
+// `joiner --version` print the version, commit and Go version on stdout.
+func TestHelpCommandAndVersion(t *testing.T) {
+	for name := range commands() {
+		var want, got, stderr bytes.Buffer
+		dispatch([]string{name, "-h"}, strings.NewReader(""), &want, &stderr)
+		code := dispatch([]string{"help", name}, strings.NewReader(""), &got, &stderr)
+		if code != 0 || stderr.Len() != 0 || got.String() != want.String() {
+			t.Errorf("joiner help %s: exit %d, stdout %q, stderr %q; want 0 and the usage of %s -h", name, code, got.String(), stderr.String(), name)
+		}
+	}
+	bi := buildinfo.Get()
+	want := "joiner " + bi.Version + "\ncommit " + bi.Revision + "\ngo     " + bi.GoVersion + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var stdout, stderr bytes.Buffer
+		if code := dispatch(args, nil, &stdout, &stderr); code != 0 || stderr.Len() != 0 || stdout.String() != want {
+			t.Errorf("joiner %s: exit %d, stdout %q, stderr %q; want 0 and %q", args[0], code, stdout.String(), stderr.String(), want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string // stdout prefix, or stderr when code is 2
+	}{
+		{[]string{"version", "-h"}, 0, "usage: joiner version"},
+		{[]string{"help", "version"}, 0, "usage: joiner version"},
+		{[]string{"version", "extra"}, 2, `joiner version: unexpected argument "extra"`},
+		{[]string{"help", "nope"}, 2, `joiner help: unknown command "nope"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := dispatch(tc.args, nil, &stdout, &stderr)
+		got := stdout.String()
+		if tc.code == 2 {
+			got = stderr.String()
+		}
+		if code != tc.code || !strings.HasPrefix(got, tc.out) {
+			t.Errorf("joiner %s: exit %d, stdout %q, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stdout.String(), stderr.String(), tc.code, tc.out)
+		}
+	}
+	var stdout bytes.Buffer
+	dispatch([]string{"help"}, nil, &stdout, &stdout)
+	if !strings.Contains(stdout.String(), "\n  version ") {
+		t.Errorf("joiner help does not list version:\n%s", stdout.String())
 	}
 }
