@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -193,7 +194,8 @@ func (l *pausedListener) Close() error { return l.SetDeadline(time.Unix(1, 0)) }
 // logReplay says, in one line, where the group starts on the notifications
 // partitions that have no committed offset (a new or mistyped group), and
 // how many records that replays (--start-offset earliest) or skips
-// (latest). It only reads; a failure is a WARN.
+// (latest): a WARN when that is more than 0 records, else INFO. It only
+// reads; a failure is a WARN.
 func (n *Node) logReplay(ctx context.Context, partitions int) {
 	topic := n.cfg.Topics.Notifications
 	ps := make([]int, partitions)
@@ -236,11 +238,18 @@ func (n *Node) logReplay(ctx context.Context, partitions int) {
 		}
 	}
 	uncommitted := partitions - len(has)
+	// A WARN only when the start replays or skips records: a new group on
+	// topics that hold nothing yet (every `joiner demo`, a first
+	// deployment) starts as expected, and says so at INFO.
+	level := slog.LevelWarn
+	if records == 0 {
+		level = slog.LevelInfo
+	}
 	if n.cfg.StartOffset == "latest" {
-		n.log.Warn("no committed offset: starting at the end of the notifications (--start-offset latest); the records already there get no alert",
+		n.log.Log(ctx, level, "no committed offset: starting at the end of the notifications (--start-offset latest); the records already there get no alert",
 			"group", n.cfg.Group, "topic", topic, "partitions_without_offset", uncommitted, "of", partitions, "records_skipped", records)
 		return
 	}
-	n.log.Warn("no committed offset: replaying the notifications from the earliest offset (--start-offset earliest); each gets an alert",
+	n.log.Log(ctx, level, "no committed offset: replaying the notifications from the earliest offset (--start-offset earliest); each gets an alert",
 		"group", n.cfg.Group, "topic", topic, "partitions_without_offset", uncommitted, "of", partitions, "records_to_replay", records)
 }
