@@ -98,3 +98,42 @@ func TestCIRunPrintsSummaryLast(t *testing.T) {
 		t.Error(`.ci/run prints step "done" before its teardown; the summary is the end`)
 	}
 }
+
+// The docs say what .ci/run does: the integration suite's -timeout
+// (docs/integration.md) and the broker log lines shown on failure
+// (docs/kafka.md).
+func TestCIDocsMatchRun(t *testing.T) {
+	read := func(parts ...string) string {
+		b, err := os.ReadFile(filepath.Join(append([]string{repoRoot}, parts...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	run, integration, kafka := read(".ci", "run"), read("docs", "integration.md"), read("docs", "kafka.md")
+	timeout := regexp.MustCompile(`go test -race -count=1 -timeout (\w+) -v \./integration/`)
+	want := timeout.FindStringSubmatch(run)
+	if want == nil {
+		t.Fatal(".ci/run: no `go test -race -count=1 -timeout X -v ./integration/`")
+	}
+	for _, got := range timeout.FindAllStringSubmatch(integration, -1) {
+		if got[1] != want[1] {
+			t.Errorf("docs/integration.md says -timeout %s for the integration suite; .ci/run uses %s", got[1], want[1])
+		}
+	}
+	if !timeout.MatchString(integration) {
+		t.Errorf("docs/integration.md does not give .ci/run's integration command (-timeout %s)", want[1])
+	}
+	logs := regexp.MustCompile("scripts/kafka logs ([0-9]+)")
+	wantLogs := logs.FindStringSubmatch(run)
+	if wantLogs == nil {
+		t.Fatal(".ci/run: no scripts/kafka logs N")
+	}
+	for _, doc := range []struct{ name, text string }{{"docs/kafka.md", kafka}, {"docs/integration.md", integration}} {
+		for _, got := range logs.FindAllStringSubmatch(doc.text, -1) {
+			if got[1] != wantLogs[1] {
+				t.Errorf("%s says scripts/kafka logs %s; .ci/run shows %s lines", doc.name, got[1], wantLogs[1])
+			}
+		}
+	}
+}
