@@ -127,6 +127,11 @@ type Config struct {
 	ProcessMetrics bool
 
 	Logger *slog.Logger
+	// FieldName names the Config fields that errors name
+	// (internal/fielderr) in what the node serves, /readyz's reason while
+	// it waits for Kafka: the CLI gives its flag names. Default: the
+	// fields' own names.
+	FieldName func(field string) string
 }
 
 // Node is one running worker. Build it with New, run it with Run.

@@ -76,7 +76,11 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 			}
 			waiting = w
 		}
-		waiting.reason.Store(fmt.Sprintf("waiting for Kafka at %v: %v", n.cfg.Brokers, err))
+		cause := err.Error()
+		if n.cfg.FieldName != nil {
+			cause = fielderr.Rename(err, n.cfg.FieldName)
+		}
+		waiting.reason.Store(fmt.Sprintf("waiting for Kafka at %v: %s", n.cfg.Brokers, cause))
 		n.retries.Inc()
 		d := min(startupBackoff.Delay(attempt), timeout-elapsed)
 		n.log.Warn("Kafka is not reachable; retrying", "brokers", n.cfg.Brokers, "attempt", attempt+1,

@@ -86,6 +86,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	cfg.PartitionsExplicit = fs.given("partitions")
 	cfg.ProcessMetrics = true
 	cfg.Logger = log
+	cfg.FieldName = fs.flagsOf // /readyz says --brokers, as the logs do
 	cfg.PeerCAFile = cmp.Or(httpCAFile, sec.CAFile)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -120,9 +120,11 @@ func TestRunWaitsForKafkaThenExits1(t *testing.T) {
 			"--state-dir", t.TempDir(), "--startup-timeout", "3s"}, nil, io.Discard, &stderr)
 	}()
 	var ready, health int
+	var readyBody []byte
 	for time.Since(start) < 3*time.Second && (ready == 0 || health == 0) {
 		if r, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
 			ready = r.StatusCode
+			readyBody, _ = io.ReadAll(r.Body)
 			r.Body.Close()
 		}
 		if r, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
@@ -134,6 +136,10 @@ func TestRunWaitsForKafkaThenExits1(t *testing.T) {
 	if ready != http.StatusServiceUnavailable || health != http.StatusOK {
 		t.Errorf("while waiting: /readyz %d, /healthz %d; want 503 and 200", ready, health)
 	}
+	if !strings.Contains(string(readyBody), "check --brokers") {
+		t.Errorf("/readyz while waiting = %q, want its cause with the hint naming --brokers", readyBody)
+	}
+	checkUserOutput(t, "/readyz", string(readyBody))
 	select {
 	case code := <-done:
 		if code != 1 {
