@@ -73,12 +73,7 @@ func TestPrometheusRule(t *testing.T) {
 		t.Errorf("%s is not deploy/prometheus/joiner.rules.yml: rewrite it with go test -run TestPrometheusRule -update", path)
 	}
 	var pr struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-		Metadata   struct {
-			Name   string            `json:"name"`
-			Labels map[string]string `json:"labels"`
-		} `json:"metadata"`
+		customResource
 		Spec struct {
 			Groups []struct {
 				Name     string `json:"name"`
@@ -102,14 +97,19 @@ func TestPrometheusRule(t *testing.T) {
 	}
 }
 
-// serviceMonitor is the part of a ServiceMonitor this repository uses.
-type serviceMonitor struct {
+// customResource is the type and metadata of a Prometheus Operator object.
+type customResource struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Metadata   struct {
 		Name   string            `json:"name"`
 		Labels map[string]string `json:"labels"`
 	} `json:"metadata"`
+}
+
+// serviceMonitor is the part of a ServiceMonitor this repository uses.
+type serviceMonitor struct {
+	customResource
 	Spec struct {
 		Selector struct {
 			MatchLabels map[string]string `json:"matchLabels"`
