@@ -83,6 +83,9 @@ func (f *cmdFlags) fillFromEnv() error {
 		if v, set := os.LookupEnv(envName(fl.Name)); set {
 			if err := f.Set(fl.Name, v); err != nil {
 				bad = fmt.Errorf("invalid value %q for %s: %v", v, envName(fl.Name), err)
+				if form := valueForm(fl); form != "" {
+					bad = fmt.Errorf("invalid value %q for %s (--%s): want %s", v, envName(fl.Name), fl.Name, form)
+				}
 			}
 		}
 	})

@@ -137,3 +137,15 @@ func TestHelpCommandAndVersion(t *testing.T) {
 		t.Errorf("joiner help does not list version:\n%s", stdout.String())
 	}
 }
+
+// A bad value from a JOINER_* variable is one line too, with the flag and
+// the form its value takes.
+func TestEnvValueErrorOneLine(t *testing.T) {
+	t.Setenv("JOINER_SESSION_TIMEOUT", "10")
+	var stdout, stderr bytes.Buffer
+	code := dispatch([]string{"run"}, nil, &stdout, &stderr)
+	want := `joiner run: invalid value "10" for JOINER_SESSION_TIMEOUT (--session-timeout): want a duration with its unit, such as 10s` + "\n"
+	if code != 2 || stdout.Len() != 0 || stderr.String() != want {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout.String(), stderr.String(), want)
+	}
+}
