@@ -40,14 +40,20 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 		timeout = DefaultStartupTimeout
 	}
 	start := time.Now()
-	var waiting *waitServer
-	defer func() {
-		if waiting != nil {
-			waiting.stop()
-		}
-	}()
+	// The listener answers from the start, not from the first failure: an
+	// attempt to a broker that accepts but never answers lasts until the
+	// attempt's deadline.
+	waiting, err := n.serveWaiting()
+	if err != nil {
+		return 0, err
+	}
+	defer waiting.stop()
 	for attempt := 0; ; attempt++ {
-		parts, err := n.checkTopics(ctx)
+		// No attempt outlasts the startup timeout (the client's own
+		// timeout is 30s).
+		actx, cancel := context.WithDeadline(ctx, start.Add(timeout))
+		parts, err := n.checkTopics(actx)
+		cancel()
 		if err == nil {
 			if attempt > 0 {
 				n.log.Info("Kafka is reachable; starting", "waited", time.Since(start).Round(time.Millisecond), "attempts", attempt+1)
@@ -69,12 +75,8 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 			return 0, fielderr.Errorf("Kafka at %v did not answer within {StartupTimeout} %s (%d attempts): %w; "+check+", or raise {StartupTimeout}",
 				n.cfg.Brokers, timeout, attempt+1, err)
 		}
-		if waiting == nil {
-			w, serr := n.serveWaiting()
-			if serr != nil {
-				return 0, serr
-			}
-			waiting = w
+		if attempt == 0 {
+			n.log.Info("serving /healthz, /readyz and /metrics while waiting for Kafka", "http", n.listener.Addr().String())
 		}
 		cause := err.Error()
 		if n.cfg.FieldName != nil {
@@ -158,7 +160,7 @@ func (n *Node) serveWaiting() (*waitServer, error) {
 		return nil, fmt.Errorf("listener on %s is not TCP", n.cfg.HTTPAddr)
 	}
 	w := &waitServer{l: &pausedListener{TCPListener: tl}}
-	w.reason.Store("waiting for Kafka")
+	w.reason.Store(fmt.Sprintf("connecting to Kafka at %v", n.cfg.Brokers))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(rw, "ok\n")
@@ -174,7 +176,6 @@ func (n *Node) serveWaiting() (*waitServer, error) {
 		defer w.wg.Done()
 		_ = w.srv.Serve(w.l)
 	}()
-	n.log.Info("serving /healthz, /readyz and /metrics while waiting for Kafka", "http", tl.Addr().String())
 	return w, nil
 }
 

@@ -175,7 +175,7 @@ func TestStartupWaitingSaysWhyAndServesMetrics(t *testing.T) {
 	var code int
 	var body string
 	for {
-		if code, body = get(t, base+"/readyz"); code == http.StatusServiceUnavailable || time.Now().After(deadline) {
+		if code, body = get(t, base+"/readyz"); strings.Contains(body, "waiting for Kafka at") || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -230,5 +230,73 @@ func TestStartupMetricsNaming(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "joiner_startup_retries_total 1\n") {
 		t.Errorf("metrics:\n%s\nwant %q and joiner_startup_retries_total 1", out.String(), want)
+	}
+}
+
+// A broker that accepts connections and never answers: /metrics answers
+// within the first second, and New gives up at StartupTimeout, not at the
+// client's 30s timeout.
+func TestStartupSilentBroker(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	hport := freePort(t)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := New(context.Background(), Config{
+			Brokers:        []string{silent.Addr().String()},
+			StateDirs:      []string{t.TempDir()},
+			HTTPAddr:       net.JoinHostPort("127.0.0.1", itoa(hport)),
+			InstanceID:     "w1",
+			StartupTimeout: 3 * time.Second,
+			Logger:         slog.New(slog.DiscardHandler),
+		})
+		done <- err
+	}()
+	base := "http://" + net.JoinHostPort("127.0.0.1", itoa(hport))
+	var code int
+	for time.Since(start) < time.Second && code != http.StatusOK {
+		code, _ = get(t, base+"/metrics")
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code != http.StatusOK {
+		t.Errorf("/metrics = %d within the first second of waiting for a silent broker, want 200", code)
+	}
+	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "Kafka at") {
+		t.Errorf("/readyz = %d %q, want 503 saying it connects to Kafka", code, body)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "StartupTimeout") {
+			t.Errorf("New = %v, want the startup timeout", err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("gave up after %s, want about the 3s StartupTimeout", d)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("New still waits 25s into a 3s StartupTimeout")
 	}
 }
