@@ -7,7 +7,8 @@
 // optionally dotted: {Topics.Market}). Error prints the bare name; Rename
 // prints what the caller's function returns for it. Only the format is
 // scanned for fields, never the arguments, so braces in a wrapped error or
-// a value are left alone.
+// a value are left alone. Handler does the same for the errors in log
+// records, so a library's log lines name the caller's words too.
 package fielderr
 
 import (
