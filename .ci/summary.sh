@@ -34,12 +34,12 @@ gotest() {
 }
 
 ci_summary() {
-	local status=${1:-$?} c
-	c() { grep -cE "$1" "$ci_results" || true; }
+	local status=${1:-$?}
+	ci_count() { grep -cE "$1" "$ci_results" || true; }
 	printf '\n== summary (%s): %s\n' "$(date -u +%H:%M:%S)" "$( ((status == 0)) && echo "CI passed" || echo "CI FAILED (exit $status)")"
-	echo "packages: $(c '^ok ') passed, $(c '^FAIL	') failed, $(c '^\?  ') without tests"
+	echo "packages: $(ci_count '^ok ') passed, $(ci_count '^FAIL	') failed, $(ci_count '^\?  ') without tests"
 	echo "tests (with subtests):"
-	echo "$(c '^ *--- PASS: ') passed, $(c '^ *--- FAIL: ') failed, $(c '^ *--- SKIP: ') skipped"
+	echo "$(ci_count '^ *--- PASS: ') passed, $(ci_count '^ *--- FAIL: ') failed, $(ci_count '^ *--- SKIP: ') skipped"
 	rm -f "$ci_results"
 	exit $status
 }
