@@ -127,6 +127,11 @@ type Config struct {
 	ProcessMetrics bool
 
 	Logger *slog.Logger
+	// FieldName names the Config fields that errors name
+	// (internal/fielderr) in what the node serves, /readyz's reason while
+	// it waits for Kafka: the CLI gives its flag names. Default: the
+	// fields' own names.
+	FieldName func(field string) string
 }
 
 // Node is one running worker. Build it with New, run it with Run.
@@ -141,6 +146,7 @@ type Node struct {
 	listener net.Listener
 	addr     string
 	reg      *prometheus.Registry
+	retries  prometheus.Counter // joiner_startup_retries_total
 	peer     *peerAuth
 }
 
@@ -178,6 +184,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
+	// The registry comes first: /metrics answers while bootstrap waits.
+	n.reg = prometheus.NewRegistry()
+	if cfg.ProcessMetrics {
+		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	n.registerStartupMetrics()
 	parts, err := n.bootstrap(ctx)
 	if err != nil {
 		return nil, err
@@ -215,10 +227,6 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport})
 	if err != nil {
 		return nil, err
-	}
-	n.reg = prometheus.NewRegistry()
-	if cfg.ProcessMetrics {
-		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if n.peer, err = newPeerAuth(cfg, n.reg); err != nil {
 		return nil, err

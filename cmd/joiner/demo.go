@@ -54,7 +54,7 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if verbose {
 		level = slog.LevelInfo
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = fs.logger(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Progress = stderr
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -51,6 +51,11 @@ var exported = map[string]string{
 	"joiner_rebalance_tasks_revoked_total":  "counter",
 	"joiner_rebalance_tasks_assigned_total": "counter",
 	"joiner_standby_lag_records":            "gauge",
+
+	// node: which binary runs, and the retries to reach Kafka at start
+	// (both exported from the first second, while the worker waits).
+	"joiner_build_info":            "gauge",
+	"joiner_startup_retries_total": "counter",
 }
 
 var (
