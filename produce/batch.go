@@ -17,13 +17,38 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // built in one pass into a reused buffer instead of through kafka-go's
 // encoder: a record with a zero Time gets now, as there.
 func appendRecordSet(dst []byte, msgs []kafka.Message, idx []int32, now time.Time) []byte {
+	return appendProducerRecordSet(dst, msgs, idx, now, noProducer)
+}
+
+// batchProducer is what a record batch says of its producer: its id and
+// epoch, the sequence number of the batch's first record, and whether the
+// batch is part of a transaction (the attributes' transactional bit).
+type batchProducer struct {
+	id            int64
+	epoch         int16
+	sequence      int32
+	transactional bool
+}
+
+// noProducer is a batch of a producer that is neither idempotent nor
+// transactional: producer id, epoch and base sequence -1.
+var noProducer = batchProducer{id: -1, epoch: -1, sequence: -1}
+
+// attrTransactional is the record batch attributes' transactional bit.
+const attrTransactional = 1 << 4
+
+// appendProducerRecordSet is appendRecordSet for a batch of producer pr.
+func appendProducerRecordSet(dst []byte, msgs []kafka.Message, idx []int32, now time.Time, pr batchProducer) []byte {
 	start := len(dst)
 	var header [4 + 61]byte
 	binary.BigEndian.PutUint32(header[4+12:], 0xffffffff) // partition leader epoch -1
 	header[4+16] = 2                                      // magic
-	for i := 4 + 43; i < 4+57; i++ {
-		header[i] = 0xff // producer id, epoch and base sequence: -1
+	if pr.transactional {
+		binary.BigEndian.PutUint16(header[4+21:], attrTransactional)
 	}
+	binary.BigEndian.PutUint64(header[4+43:], uint64(pr.id))
+	binary.BigEndian.PutUint16(header[4+51:], uint16(pr.epoch))
+	binary.BigEndian.PutUint32(header[4+53:], uint32(pr.sequence))
 	dst = append(dst, header[:]...)
 
 	current := timestamp(now)

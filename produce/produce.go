@@ -80,6 +80,20 @@ type Config struct {
 	// Along with Attempts it should outlast the Transport's metadata TTL
 	// (6s), its fallback when a forced refresh fails.
 	Backoff backoff.Policy
+
+	// Idempotent makes every record batch carry a producer id, epoch and
+	// per-partition sequence numbers, so that the broker drops a retried
+	// batch it already wrote (see "Idempotence and transactions").
+	Idempotent bool
+	// TransactionalID makes the Producer transactional (and idempotent):
+	// call InitProducerID once, then Begin, WriteMessages, SendOffsets
+	// and Commit or Abort. Two producers with the same id fence each
+	// other: the later one wins, the earlier one gets ErrFenced.
+	TransactionalID string
+	// TransactionTimeout is how long the coordinator lets a transaction
+	// stay open before it aborts it. Default: 10s. The broker's
+	// transaction.max.timeout.ms (15 minutes by default) bounds it.
+	TransactionTimeout time.Duration
 }
 
 // Producer writes messages to Kafka. It is safe for concurrent use; calls
@@ -98,6 +112,9 @@ type Producer struct {
 
 	roundRobin murmur2.Balancer // nil keys
 	scratch    sync.Pool        // *call
+
+	txn    *txnState  // nil unless idempotent or transactional
+	initMu sync.Mutex // one InitProducerID at a time (idempotent)
 }
 
 // New returns a Producer.
@@ -117,13 +134,23 @@ func New(cfg Config) (*Producer, error) {
 	if cfg.Backoff == (backoff.Policy{}) {
 		cfg.Backoff = backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second}
 	}
-	return &Producer{
+	if cfg.TransactionTimeout <= 0 {
+		cfg.TransactionTimeout = 10 * time.Second
+	}
+	p := &Producer{
 		client:     &kafka.Client{Addr: cfg.Addr, Transport: cfg.Transport, Timeout: cfg.Timeout},
 		attempts:   cfg.Attempts,
 		batchBytes: cfg.MaxBatchBytes,
 		backoff:    cfg.Backoff,
 		counts:     make(map[string]int),
-	}, nil
+	}
+	if cfg.Idempotent || cfg.TransactionalID != "" {
+		p.txn = &txnState{
+			id: cfg.TransactionalID, timeout: cfg.TransactionTimeout, pid: -1, epoch: -1,
+			added: map[topicPartition]bool{}, groups: map[string]bool{}, seqs: map[topicPartition]*partitionSeq{},
+		}
+	}
+	return p, nil
 }
 
 // Close releases nothing today; it is there so that the Producer can
@@ -171,6 +198,11 @@ func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) err
 	}()
 	if err := p.group(ctx, c, msgs); err != nil {
 		return err
+	}
+	if p.txn != nil {
+		if err := p.prepare(ctx, c); err != nil {
+			return err
+		}
 	}
 	if len(c.batches) == 1 {
 		return p.send(ctx, &c.batches[0])
@@ -301,13 +333,23 @@ func (p *Producer) send(ctx context.Context, b *batch) error {
 
 // sendRequest writes b.window in one request, retrying retriable errors.
 func (p *Producer) sendRequest(ctx context.Context, b *batch) error {
-	retry := backoff.Retry{Policy: p.backoff}
+	if p.txn != nil {
+		return p.sendSequenced(ctx, b)
+	}
 	b.buf = appendRecordSet(b.buf[:0], b.msgs, b.window, time.Now())
+	return p.sendBuilt(ctx, b, "")
+}
+
+// sendBuilt sends b.buf, retrying retriable errors: it is sent
+// byte-identical every time.
+func (p *Producer) sendBuilt(ctx context.Context, b *batch, transactionalID string) error {
+	retry := backoff.Retry{Policy: p.backoff}
 	req := &kafka.RawProduceRequest{
-		Topic:        b.topic,
-		Partition:    b.partition,
-		RequiredAcks: kafka.RequireAll,
-		RawRecords:   protocol.RawRecordSet{Reader: &b.rd},
+		Topic:           b.topic,
+		Partition:       b.partition,
+		RequiredAcks:    kafka.RequireAll,
+		TransactionalID: transactionalID,
+		RawRecords:      protocol.RawRecordSet{Reader: &b.rd},
 	}
 	for attempt := 1; ; attempt++ {
 		gen := p.refreshGen.Load()
@@ -318,6 +360,14 @@ func (p *Producer) sendRequest(ctx context.Context, b *batch) error {
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("writing %d messages to %s-%d: %w", len(b.window), b.topic, b.partition, ctx.Err())
+		}
+		if p.txn != nil {
+			if tk, ok := classifyTxn(err, opProduce); ok {
+				if tk == txnDuplicate {
+					return nil // written by an earlier attempt
+				}
+				return &sequenceError{kind: tk, err: fmt.Errorf("writing %d messages to %s-%d: %w", len(b.window), b.topic, b.partition, err)}
+			}
 		}
 		kind := classify(err)
 		if kind == unknownTopic {
