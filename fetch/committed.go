@@ -94,7 +94,12 @@ func Isolated(ctx context.Context, c *kafka.Client, req *kafka.FetchRequest) (*R
 		ReplicaID:      -1,
 		MaxWaitTime:    int32(min(maxWait/time.Millisecond, math.MaxInt32)),
 		MinBytes:       int32(req.MinBytes),
-		MaxBytes:       int32(req.MaxBytes),
+		// The response's limit is Java's consumer's (fetch.max.bytes,
+		// 50 MiB), above the partition's: for one partition the
+		// partition's limit is the one that applies. (kfake leaves the
+		// aborted transactions out of a response that reached the
+		// response's limit, so it must not be the one reached.)
+		MaxBytes:       int32(min(max(req.MaxBytes, responseMaxBytes), math.MaxInt32)),
 		IsolationLevel: int8(req.IsolationLevel),
 		SessionID:      -1,
 		SessionEpoch:   -1,
@@ -143,6 +148,9 @@ func Isolated(ctx context.Context, c *kafka.Client, req *kafka.FetchRequest) (*R
 	}
 	return out, nil
 }
+
+// responseMaxBytes is the response-level limit of an Isolated fetch.
+const responseMaxBytes = 50 << 20
 
 // Control record types (the second int16 of a control record's key).
 const (
