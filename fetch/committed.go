@@ -91,9 +91,9 @@ func Isolated(ctx context.Context, c *kafka.Client, req *kafka.FetchRequest) (*R
 		rt = kafka.DefaultTransport
 	}
 	m, err := rt.RoundTrip(ctx, c.Addr, &fetchapi.Request{
-		ReplicaID:      -1,
-		MaxWaitTime:    int32(min(maxWait/time.Millisecond, math.MaxInt32)),
-		MinBytes:       int32(req.MinBytes),
+		ReplicaID:   -1,
+		MaxWaitTime: int32(min(maxWait/time.Millisecond, math.MaxInt32)),
+		MinBytes:    int32(req.MinBytes),
 		// The response's limit is Java's consumer's (fetch.max.bytes,
 		// 50 MiB), above the partition's: for one partition the
 		// partition's limit is the one that applies. (kfake leaves the

@@ -490,4 +490,3 @@ func testReadCommitted(t *testing.T, e *txnEnv) {
 
 func TestReadCommitted(t *testing.T)           { testReadCommitted(t, kfakeEnv(t)) }
 func TestReadCommittedRealBroker(t *testing.T) { testReadCommitted(t, realEnv(t)) }
-
