@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/fetch"
 	"github.com/joiner-dev/joiner/internal/testkit/realkafka"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -630,3 +632,149 @@ func testTxnFenced(t *testing.T, e *txnEnv) {
 
 func TestTxnFenced(t *testing.T)           { testTxnFenced(t, kfakeEnv(t)) }
 func TestTxnFencedRealBroker(t *testing.T) { testTxnFenced(t, realEnv(t)) }
+
+// readCommitted reads topic-0 read_committed from the start to its end
+// with package fetch and returns the values.
+func (e *txnEnv) readCommitted(t *testing.T, topic string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []string
+	for next := int64(0); ; {
+		req := fetch.Request(topic, 0, next, 50*time.Millisecond, fetch.MaxBytes)
+		req.IsolationLevel = kafka.ReadCommitted
+		res, err := fetch.Isolated(ctx, e.admin, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Error != nil {
+			t.Fatal(res.Error)
+		}
+		var recs []fetch.Record
+		if recs, next, err = fetch.Committed(res.Records, res.Aborted, next, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			out = append(out, string(r.Value))
+		}
+		if next >= res.LastStableOffset {
+			return out
+		}
+	}
+}
+
+// A Produce error of the transaction classes ends WriteMessages with the
+// sentinel the caller must act on. After an abortable one, Commit refuses,
+// Abort works and bumps the epoch (sequence numbers restart at 0), and the
+// next transaction commits; a read_committed reader sees only that one.
+func TestTxnProduceErrors(t *testing.T) {
+	for _, c := range []struct {
+		err  *kerr.Error
+		want error
+	}{
+		{kerr.TransactionAbortable, ErrAbortable},
+		{kerr.OutOfOrderSequenceNumber, ErrAbortable},
+		{kerr.UnknownProducerID, ErrAbortable},
+		{kerr.InvalidProducerEpoch, ErrAbortable},
+		{kerr.InvalidTxnState, ErrTxnState},
+		{kerr.ProducerFenced, ErrFenced},
+	} {
+		t.Run(c.err.Message, func(t *testing.T) {
+			e := kfakeEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			topic := e.topic(t, 1)
+			p := e.producer(t, Config{TransactionalID: topic + "-txn"})
+			if err := p.InitProducerID(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.WriteMessages(ctx, messages(topic, "ok", 0, 1, 2)...); err != nil {
+				t.Fatal(err)
+			}
+			e.kfake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: c.err})
+			err := p.WriteMessages(ctx, messages(topic, "failed", 0, 1, 1)...)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("WriteMessages after %s = %v, want %v", c.err.Message, err, c.want)
+			}
+			if err := p.Commit(ctx); !errors.Is(err, c.want) {
+				t.Errorf("Commit = %v, want %v", err, c.want)
+			}
+			if c.want == ErrFenced {
+				if err := p.Abort(ctx); !errors.Is(err, ErrFenced) {
+					t.Errorf("Abort of a fenced producer = %v, want ErrFenced", err)
+				}
+				return
+			}
+			if err := p.Abort(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.WriteMessages(ctx, messages(topic, "after", 0, 1, 2)...); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := e.readCommitted(t, topic), []string{"after-0", "after-1"}; !slices.Equal(got, want) {
+				t.Errorf("read_committed: %q, want %q", got, want)
+			}
+			bs := e.batches(t, topic, 0)
+			last := bs[len(bs)-1]
+			if last.ProducerEpoch != bs[0].ProducerEpoch+1 || last.BaseSequence != 0 {
+				t.Errorf("after the abort the batch has epoch %d (first: %d), base sequence %d; want the next epoch and 0", last.ProducerEpoch, bs[0].ProducerEpoch, last.BaseSequence)
+			}
+		})
+	}
+}
+
+// Coordinator errors that mean "not now" or "ask the new coordinator"
+// are retried with backoff: the transaction still commits.
+func TestTxnCoordinatorRetries(t *testing.T) {
+	e := kfakeEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topic := e.topic(t, 1)
+	group := topic + "-group"
+	gen, member := e.join(t, group, topic, "")
+	id := topic + "-txn"
+	p := e.producer(t, Config{TransactionalID: id})
+	init := e.kfake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.CoordinatorLoadInProgress, Count: 2})
+	if err := p.InitProducerID(ctx); err != nil {
+		t.Fatal(err)
+	}
+	faults := []*kfake.FaultHandle{
+		init,
+		e.kfake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddPartitionsToTxn}, Err: kerr.ConcurrentTransactions, Count: 2}),
+		e.kfake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.AddOffsetsToTxn}, Err: kerr.NotCoordinator, Count: 2}),
+		e.kfake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.TxnOffsetCommit}, Err: kerr.CoordinatorNotAvailable, Count: 2}),
+		e.kfake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.ConcurrentTransactions, Count: 2}),
+	}
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteMessages(ctx, messages(topic, "v", 0, 1, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SendOffsets(ctx, group, gen, member, "", []Offset{{Topic: topic, Partition: 0, Offset: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range faults {
+		if h := f.Hits(); h != 2 {
+			t.Errorf("fault %d hit %d times, want 2", i, h)
+		}
+	}
+	if got, want := e.readCommitted(t, topic), []string{"v-0", "v-1"}; !slices.Equal(got, want) {
+		t.Errorf("read_committed: %q, want %q", got, want)
+	}
+	if got := e.committed(t, group, topic, 0, 2); got != 2 {
+		t.Errorf("the group's offset is %d, want 2", got)
+	}
+}
