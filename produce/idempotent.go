@@ -72,13 +72,13 @@ func (p *Producer) sendSequenced(ctx context.Context, b *batch) error {
 			// broker wrote the batch is unknown, so the sequence is too.
 			s.markBump()
 			if s.id != "" {
-				err = wrapTxn(txnAbortable, "produce", err)
+				err = wrapTxn(txnAbortable, "", err)
 				s.fail(txnAbortable, err)
 			}
 			return err
 		}
 		if se.kind == txnFenced {
-			err = wrapTxn(txnFenced, "produce", se.err)
+			err = wrapTxn(txnFenced, "", se.err)
 			s.fail(txnFenced, err)
 			return err
 		}
@@ -97,7 +97,7 @@ func (p *Producer) sendSequenced(ctx context.Context, b *batch) error {
 			}
 			continue
 		}
-		err = wrapTxn(se.kind, "produce", se.err)
+		err = wrapTxn(se.kind, "", se.err)
 		s.fail(se.kind, err)
 		return err
 	}

@@ -205,8 +205,20 @@ func classifyTxn(err error, op opKind) (kind txnErrKind, ok bool) {
 	return txnFatal, true
 }
 
-// wrapTxn wraps err, an error of kind, with its sentinel and what failed.
+// wrapTxn wraps err, an error of kind, with its sentinel and what failed
+// (when err does not say it).
 func wrapTxn(kind txnErrKind, what string, err error) error {
+	if what == "" {
+		switch kind {
+		case txnFenced:
+			return fmt.Errorf("%w: %w (stop this producer: another process uses its transactional id)", ErrFenced, err)
+		case txnAbortable:
+			return fmt.Errorf("%w: %w", ErrAbortable, err)
+		case txnBadState:
+			return fmt.Errorf("%w: %w (call InitProducerID again)", ErrTxnState, err)
+		}
+		return err
+	}
 	switch kind {
 	case txnFenced:
 		return fmt.Errorf("%s: %w: %w (stop this producer: another process uses its transactional id)", what, ErrFenced, err)
