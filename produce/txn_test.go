@@ -410,8 +410,12 @@ func (e *txnEnv) join(t *testing.T, group, topic, instanceID string) (int32, str
 // transaction's offsets when its markers are written, after EndTxn
 // returned.
 func (e *txnEnv) committed(t *testing.T, group, topic string, partition int, want int64) int64 {
+	return e.committedWithin(t, group, topic, partition, want, 10*time.Second)
+}
+
+func (e *txnEnv) committedWithin(t *testing.T, group, topic string, partition int, want int64, wait time.Duration) int64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(wait)
 	for {
 		got := e.committedNow(t, group, topic, partition)
 		if got == want || time.Now().After(deadline) {
@@ -480,12 +484,15 @@ func testTxnCommitAbort(t *testing.T, e *txnEnv) {
 		t.Errorf("after the commit the group's offset is %d, want 10", got)
 	}
 	step("a1", 20, false)
-	if got := e.committed(t, group, topic, 0, 10); got != 10 {
+	if got := e.committedWithin(t, group, topic, 0, 20, time.Second); got != 10 { // a wrong 20 would show
 		t.Errorf("after the abort the group's offset is %d, want 10 (the committed transaction's)", got)
 	}
 	step("c2", 30, true)
 	if got := e.committed(t, group, topic, 0, 30); got != 30 {
 		t.Errorf("after the second commit the group's offset is %d, want 30", got)
+	}
+	if got, want := e.readCommitted(t, topic), []string{"c1-0", "c1-1", "c1-2", "c2-0", "c2-1", "c2-2"}; !slices.Equal(got, want) {
+		t.Errorf("read_committed: %q, want %q", got, want)
 	}
 	bs := e.batches(t, topic, 0)
 	if len(bs) != 3 {
@@ -657,8 +664,11 @@ func (e *txnEnv) readCommitted(t *testing.T, topic string) []string {
 		for _, r := range recs {
 			out = append(out, string(r.Value))
 		}
-		if next >= res.LastStableOffset {
-			return out
+		if next >= res.LastStableOffset && res.LastStableOffset == res.HighWatermark {
+			return out // every transaction ended, its marker read
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("read %q, stuck at offset %d", out, next)
 		}
 	}
 }
