@@ -22,7 +22,7 @@ var txnAPIs = []struct {
 	{protocol.InitProducerId, 3, "epoch bump with the current producer id and epoch (v3, KIP-360)"},
 	{protocol.AddPartitionsToTxn, 0, ""},
 	{protocol.AddOffsetsToTxn, 0, ""},
-	{protocol.TxnOffsetCommit, 4, "generation, member and instance id (v3, KIP-447)"},
+	{protocol.TxnOffsetCommit, 3, "generation, member and instance id (v3, KIP-447)"},
 	{protocol.EndTxn, 0, ""},
 }
 
