@@ -2,6 +2,12 @@
 // join's partition readers and bench/passthrough (the ceiling contestant of
 // scripts/bench), so that both read with the same parameters and the same
 // copying of records out of kafka-go's buffers.
+//
+// Isolated and Committed read read_committed (committed.go): kafka-go's
+// Client.Fetch drops a response's aborted transactions, so Isolated sends
+// the Fetch request at the protocol level and keeps them, and Committed
+// drops the records of aborted transactions and every control record,
+// its next offset advancing past them.
 package fetch
 
 import (

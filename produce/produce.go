@@ -38,6 +38,65 @@
 // twice (at-least-once), never reordered within its partition, since a
 // partition's next batch is sent only after the previous one is
 // acknowledged.
+//
+// # Idempotence and transactions
+//
+// With Config.Idempotent, or Config.TransactionalID (which implies it),
+// every record batch carries the producer id and epoch from
+// InitProducerID and the partition's next sequence number (the batch's
+// first record; it advances by the batch's records and wraps from
+// MaxInt32 to 0, as Kafka's clients do). A batch is built once and every
+// retry sends the same bytes, so a broker that wrote it but whose
+// acknowledgement was lost acknowledges the retry without writing it
+// again (DUPLICATE_SEQUENCE_NUMBER counts as success). One partition's
+// batches are sent one at a time, across concurrent WriteMessages calls
+// too. A batch whose outcome stays unknown (its retries ran out) leaves the
+// partition's sequence unknown: an idempotent producer then takes a new
+// producer id before its next write; a transactional one must abort, and
+// Abort bumps the epoch (InitProducerID with the current id and epoch,
+// KIP-360), which restarts the sequences at 0. An idempotent producer
+// whose sequence the broker lost (OUT_OF_ORDER_SEQUENCE_NUMBER,
+// UNKNOWN_PRODUCER_ID) takes a new producer id and sends the batch again
+// once: at-least-once for that batch.
+//
+// A transactional Producer is used as Kafka's Java producer is:
+// InitProducerID once (FindCoordinator with key type transaction, done by
+// kafka-go's Transport for every transactional request, so a retry after
+// COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR goes to the new
+// coordinator; it fences an older producer with the same id and aborts
+// what that one left open), then per transaction Begin, WriteMessages
+// (the partitions of a call are added to the transaction with one
+// AddPartitionsToTxn before its first batch to them), SendOffsets
+// (AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator with
+// the generation, member id and instance id, KIP-447), and Commit or
+// Abort (EndTxn). The requests are kafka-go's protocol messages sent
+// through the Transport (TxnOffsetCommit with committed leader epoch -1,
+// which Client.TxnOffsetCommit leaves 0).
+//
+// Errors, as the Java producer classifies them:
+//
+//	error                                   on                      result
+//	CONCURRENT_TRANSACTIONS,                coordinator requests    retried with Backoff, up to Attempts
+//	  COORDINATOR_LOAD_IN_PROGRESS,
+//	  COORDINATOR_NOT_AVAILABLE,
+//	  NOT_COORDINATOR, REQUEST_TIMED_OUT,
+//	  network errors
+//	PRODUCER_FENCED                         any                     ErrFenced, for good
+//	INVALID_PRODUCER_EPOCH                  coordinator requests    ErrFenced, for good
+//	INVALID_PRODUCER_EPOCH,                 Produce                 ErrAbortable (KIP-588, KIP-360)
+//	  OUT_OF_ORDER_SEQUENCE_NUMBER,
+//	  UNKNOWN_PRODUCER_ID
+//	TRANSACTION_ABORTABLE                   any                     ErrAbortable
+//	ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,  TxnOffsetCommit         ErrAbortable
+//	  FENCED_INSTANCE_ID
+//	a Produce error past its retries        Produce (transactional) ErrAbortable
+//	INVALID_TXN_STATE                       any                     ErrTxnState
+//
+// Protocol versions (the highest kafka-go v0.4.51 and the broker share;
+// TestVersions and TestVersionsRealBroker print them), against Kafka
+// 4.1.2 and kfake alike: Produce v8, Fetch v11, FindCoordinator v2,
+// InitProducerId v4, AddPartitionsToTxn v3, AddOffsetsToTxn v3,
+// TxnOffsetCommit v3, EndTxn v3 (docs/kafka.md).
 package produce
 
 import (
