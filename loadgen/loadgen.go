@@ -60,6 +60,20 @@ type Config struct {
 	// Progress receives a line at least once a second and a summary.
 	// Default: io.Discard.
 	Progress io.Writer
+
+	// Transactional writes each chunk of records (up to 1,000) in one
+	// Kafka transaction, with produce's transactional producer, from
+	// Brokers (not Writer). Default: false.
+	Transactional bool
+	// AbortEvery, with Transactional, writes before every AbortEvery-th
+	// committed transaction a transaction of decoys that it aborts: the
+	// same keys and topics, ticks at DecoyPrice and notifications with
+	// ids starting with DecoyIDPrefix. A read_committed reader sees none
+	// of them; Summary.Aborted counts them. 0: none.
+	AbortEvery int
+	// TransactionalID of a transactional run. Default:
+	// joiner-loadgen-<time>.
+	TransactionalID string
 }
 
 // Summary is what a run produced.
@@ -76,6 +90,13 @@ type Summary struct {
 	// NotificationIDs are the ids of the well-formed notifications (none
 	// with Config.DropIDs).
 	NotificationIDs []string
+	// Transactions is the number of committed transactions of a
+	// transactional run; AbortedTicks and AbortedNotifications count the
+	// decoys of its aborted ones (Config.AbortEvery), which are not in
+	// the counts above.
+	Transactions         int
+	AbortedTicks         int
+	AbortedNotifications int
 }
 
 // Records is the number of records produced.
@@ -120,9 +141,21 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, errors.New("loadgen: counts must not be negative")
 	case cfg.Rate < 0 || math.IsNaN(cfg.Rate):
 		return Summary{}, errors.New("loadgen: rate must be 0 (as fast as possible) or positive")
+	case cfg.AbortEvery < 0 || cfg.AbortEvery > 0 && !cfg.Transactional:
+		return Summary{}, errors.New("loadgen: AbortEvery must not be negative, and needs Transactional")
+	case cfg.Transactional && len(cfg.Brokers) == 0:
+		return Summary{}, errors.New("loadgen: a transactional run needs Brokers")
+	}
+	var txn *txnWriter
+	if cfg.Transactional {
+		var err error
+		if txn, err = newTxnWriter(ctx, cfg); err != nil {
+			return Summary{}, err
+		}
+		defer txn.p.Close()
 	}
 	w := cfg.Writer
-	if w == nil {
+	if txn == nil && w == nil { // a transactional run writes through txn
 		if len(cfg.Brokers) == 0 {
 			return Summary{}, errors.New("loadgen: no brokers given")
 		}
@@ -134,7 +167,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	syms := Symbols(cfg.Symbols)
 	total := cfg.Symbols*(cfg.TicksPerSymbol+cfg.NotificationsPerSymbol) + cfg.Malformed
-	p := &producer{w: w, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now(), retryTimeout: cfg.RetryTimeout}
+	p := &producer{w: w, txn: txn, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now(), retryTimeout: cfg.RetryTimeout}
 	sum := Summary{LastPrice: make(map[string]float64, len(syms))}
 	prices := newWalk(cfg.Seed, len(syms))
 	for k := 0; k < cfg.TicksPerSymbol; k++ {
@@ -181,6 +214,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	sum.Retried = p.retried
 	fmt.Fprintf(cfg.Progress, "loadgen: done: %d ticks, %d notifications, %d malformed in %s (%.0f records/s); %d records retried\n",
 		sum.Ticks, sum.Notifications, sum.Malformed, sum.Elapsed.Round(time.Millisecond), rate, sum.Retried)
+	if txn != nil {
+		sum.Transactions, sum.AbortedTicks, sum.AbortedNotifications = txn.txns, txn.aborted.Ticks, txn.aborted.Notifications
+		fmt.Fprintf(cfg.Progress, "loadgen: %d transactions committed; aborted: %d ticks, %d notifications\n",
+			sum.Transactions, sum.AbortedTicks, sum.AbortedNotifications)
+	}
 	return sum, nil
 }
 
@@ -250,6 +288,7 @@ func NewWriter(brokers []string) *kafka.Writer {
 // producer sends messages in batches, paced to a rate, reporting progress.
 type producer struct {
 	w          *kafka.Writer
+	txn        *txnWriter // a transactional run's, instead of w
 	rate       float64
 	total      int
 	out        io.Writer
@@ -281,7 +320,11 @@ func (p *producer) flush(ctx context.Context) error {
 	if len(p.buf) == 0 {
 		return nil
 	}
-	if err := p.write(ctx, p.buf); err != nil {
+	write := p.write
+	if p.txn != nil {
+		write = p.writeTxn
+	}
+	if err := write(ctx, p.buf); err != nil {
 		return fmt.Errorf("loadgen: writing %d records after %d sent (%d retried): %w", len(p.buf), p.sent, p.retried, err)
 	}
 	p.sent += len(p.buf)
