@@ -31,6 +31,8 @@ func runLoadgen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Malformed, "malformed", 0, "malformed notifications to add (they go to the dead-letter topic)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "records per second; 0 is as fast as possible")
 	fs.StringVar(&cfg.RunID, "run-id", "", "tag in notification ids, to keep several runs apart")
+	fs.BoolVar(&cfg.Transactional, "transactional", false, "write each chunk of records in one Kafka transaction")
+	fs.IntVar(&cfg.AbortEvery, "abort-every", 0, "with --transactional, before every Nth transaction write decoy ticks and notifications in one that is aborted; 0 for none")
 	sec := kafkasec.AddFlags(fs.FlagSet)
 	fs.DurationVar(&cfg.RetryTimeout, "retry-timeout", loadgen.DefaultRetryTimeout, "how long failed writes are retried without progress before giving up")
 	if _, status, ok := fs.parse(args); !ok {

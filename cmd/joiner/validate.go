@@ -172,5 +172,9 @@ func validateLoadgen(fs *flag.FlagSet, cfg *loadgen.Config, brokers []string) er
 	c.nonEmpty("market-topic", cfg.MarketTopic)
 	c.nonEmpty("notifications-topic", cfg.NotificationsTopic)
 	c.positiveDuration("retry-timeout", cfg.RetryTimeout)
+	c.nonNegative("abort-every", int64(cfg.AbortEvery))
+	if cfg.AbortEvery > 0 && !cfg.Transactional {
+		c.fail("%s needs --transactional", c.source("abort-every"))
+	}
 	return c.err()
 }
