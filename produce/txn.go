@@ -27,9 +27,12 @@ var (
 	// the coordinator has fenced it: another producer initialized the same
 	// transactional id with a newer epoch (PRODUCER_FENCED, or
 	// INVALID_PRODUCER_EPOCH from the coordinator). Nothing the fenced
-	// producer writes becomes visible. The caller must stop using it (and
-	// stop processing what it was committing); a new incarnation is
-	// already writing.
+	// producer writes becomes visible. The coordinator also bumps the
+	// epoch of a transaction that stayed open past TransactionTimeout and
+	// aborts it: the producer's next call gets ErrFenced too. The caller
+	// must stop using the Producer (and stop processing what it was
+	// committing): a new incarnation may be writing. To go on, it makes a
+	// new Producer and calls InitProducerID (which fences any other).
 	ErrFenced = errors.New("produce: the producer is fenced by a newer producer with the same transactional id")
 
 	// ErrAbortable is returned when the current transaction cannot commit
@@ -357,7 +360,9 @@ func (p *Producer) initProducerID(ctx context.Context, pid int64, epoch int16) e
 }
 
 // Begin starts a transaction (locally: the coordinator learns of it with
-// the first partition or offsets added).
+// the first partition or offsets added). Within a transaction
+// WriteMessages and SendOffsets may run concurrently; Commit and Abort
+// must run after they returned.
 func (p *Producer) Begin() error {
 	s := p.txn
 	if s == nil || s.id == "" {
