@@ -29,7 +29,8 @@ var (
 	// INVALID_PRODUCER_EPOCH from the coordinator). Nothing the fenced
 	// producer writes becomes visible. The coordinator also bumps the
 	// epoch of a transaction that stayed open past TransactionTimeout and
-	// aborts it: the producer's next call gets ErrFenced too. The caller
+	// aborts it: the producer's next write fails (ErrAbortable, or
+	// ErrTxnState on kfake) and its Abort gets ErrFenced. The caller
 	// must stop using the Producer (and stop processing what it was
 	// committing): a new incarnation may be writing. To go on, it makes a
 	// new Producer and calls InitProducerID (which fences any other).

@@ -788,3 +788,41 @@ func TestTxnCoordinatorRetries(t *testing.T) {
 		t.Errorf("the group's offset is %d, want 2", got)
 	}
 }
+
+// A transaction open past TransactionTimeout is aborted by the
+// coordinator, which bumps the epoch: the producer's next write fails
+// (ErrAbortable on Kafka: INVALID_PRODUCER_EPOCH; ErrTxnState on kfake),
+// its Abort then returns ErrFenced, and nothing it wrote is visible. (The
+// real Kafka looks for timed-out transactions every 10 s.)
+func testTxnTimeout(t *testing.T, e *txnEnv) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topic := e.topic(t, 1)
+	p := e.producer(t, Config{TransactionalID: topic + "-txn", TransactionTimeout: time.Second})
+	if err := p.InitProducerID(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteMessages(ctx, messages(topic, "late", 0, 1, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for start := time.Now(); err == nil && time.Since(start) < 30*time.Second; {
+		time.Sleep(500 * time.Millisecond)
+		err = p.WriteMessages(ctx, messages(topic, "late", 0, 1, 1)...)
+	}
+	if !errors.Is(err, ErrAbortable) && !errors.Is(err, ErrTxnState) {
+		t.Fatalf("writing after the transaction timed out: %v, want ErrAbortable or ErrTxnState", err)
+	}
+	if err := p.Abort(ctx); !errors.Is(err, ErrFenced) {
+		t.Errorf("Abort after the transaction timed out = %v, want ErrFenced", err)
+	}
+	if got := e.readCommitted(t, topic); len(got) != 0 {
+		t.Errorf("read_committed sees %q of a timed-out transaction", got)
+	}
+}
+
+func TestTxnTimeout(t *testing.T)           { testTxnTimeout(t, kfakeEnv(t)) }
+func TestTxnTimeoutRealBroker(t *testing.T) { testTxnTimeout(t, realEnv(t)) }
