@@ -385,22 +385,30 @@ func (p *Producer) Begin() error {
 	return nil
 }
 
+// usable says why call cannot go on in the open transaction: the
+// producer is fenced, no transaction is open, or it must abort. s.mu is
+// held.
+func (s *txnState) usable(call string) error {
+	switch {
+	case s.fenced != nil:
+		return s.fenced
+	case !s.inTxn:
+		return fmt.Errorf("produce: %s: %w: no transaction is open (call Begin)", call, ErrTxnState)
+	case s.abortable != nil:
+		return s.abortable
+	}
+	return nil
+}
+
 // addPartitions adds to the open transaction the partitions of c's
 // batches that are not in it yet, in one AddPartitionsToTxn, before any
 // batch is sent to them.
 func (p *Producer) addPartitions(ctx context.Context, c *call) error {
 	s := p.txn
 	s.mu.Lock()
-	switch {
-	case s.fenced != nil:
+	if err := s.usable("WriteMessages"); err != nil {
 		s.mu.Unlock()
-		return s.fenced
-	case !s.inTxn:
-		s.mu.Unlock()
-		return fmt.Errorf("produce: WriteMessages: %w: no transaction is open (call Begin)", ErrTxnState)
-	case s.abortable != nil:
-		s.mu.Unlock()
-		return s.abortable
+		return err
 	}
 	topics := map[string][]int32{}
 	var tps []topicPartition
@@ -473,16 +481,9 @@ func (p *Producer) SendOffsets(ctx context.Context, group string, generation int
 		return fmt.Errorf("produce: SendOffsets: %w: the Producer is not transactional", ErrTxnState)
 	}
 	s.mu.Lock()
-	switch {
-	case s.fenced != nil:
+	if err := s.usable("SendOffsets"); err != nil {
 		s.mu.Unlock()
-		return s.fenced
-	case !s.inTxn:
-		s.mu.Unlock()
-		return fmt.Errorf("produce: SendOffsets: %w: no transaction is open (call Begin)", ErrTxnState)
-	case s.abortable != nil:
-		s.mu.Unlock()
-		return s.abortable
+		return err
 	}
 	pid, epoch, added := s.pid, s.epoch, s.groups[group]
 	s.mu.Unlock()
@@ -552,16 +553,13 @@ func (p *Producer) end(ctx context.Context, commit bool) error {
 		return fmt.Errorf("produce: %s: %w: the Producer is not transactional", verb, ErrTxnState)
 	}
 	s.mu.Lock()
-	switch {
-	case s.fenced != nil:
+	err := s.usable(verb)
+	if !commit && err != nil && err == s.abortable {
+		err = nil // what Abort is for
+	}
+	if err != nil {
 		s.mu.Unlock()
-		return s.fenced
-	case !s.inTxn:
-		s.mu.Unlock()
-		return fmt.Errorf("produce: %s: %w: no transaction is open", verb, ErrTxnState)
-	case commit && s.abortable != nil:
-		s.mu.Unlock()
-		return s.abortable
+		return err
 	}
 	pid, epoch, bump := s.pid, s.epoch, s.bump
 	empty := len(s.added) == 0 && len(s.groups) == 0

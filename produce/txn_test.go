@@ -445,6 +445,30 @@ func (e *txnEnv) committedNow(t *testing.T, group, topic string, partition int) 
 	return -1
 }
 
+// txnStep runs one transaction on p: Begin, n messages "<prefix>-<i>" to
+// topic-0, the offset of topic-0 for group, then Commit or Abort.
+func txnStep(ctx context.Context, t *testing.T, p *Producer, topic, group string, gen int32, member, prefix string, n int, offset int64, commit bool) {
+	t.Helper()
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 {
+		if err := p.WriteMessages(ctx, messages(topic, prefix, 0, 1, n)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.SendOffsets(ctx, group, gen, member, "", []Offset{{Topic: topic, Partition: 0, Offset: offset}}); err != nil {
+		t.Fatal(err)
+	}
+	end := p.Abort
+	if commit {
+		end = p.Commit
+	}
+	if err := end(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A transactional producer's batches carry the transactional bit; its
 // offsets, sent with the member's generation, are the group's once the
 // transaction commits, and an aborted transaction's never are; its
@@ -462,22 +486,7 @@ func testTxnCommitAbort(t *testing.T, e *txnEnv) {
 	}
 	step := func(prefix string, offset int64, commit bool) {
 		t.Helper()
-		if err := p.Begin(); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.WriteMessages(ctx, messages(topic, prefix, 0, 1, 3)...); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.SendOffsets(ctx, group, gen, member, "", []Offset{{Topic: topic, Partition: 0, Offset: offset}}); err != nil {
-			t.Fatal(err)
-		}
-		end := p.Abort
-		if commit {
-			end = p.Commit
-		}
-		if err := end(ctx); err != nil {
-			t.Fatal(err)
-		}
+		txnStep(ctx, t, p, topic, group, gen, member, prefix, 3, offset, commit)
 	}
 	step("c1", 10, true)
 	if got := e.committed(t, group, topic, 0, 10); got != 10 {
@@ -558,15 +567,7 @@ func testTxnStaleGeneration(t *testing.T, e *txnEnv) {
 	if got := e.committed(t, group, topic, 0, -1); got != -1 {
 		t.Errorf("the group's offset is %d after refused commits, want none (-1)", got)
 	}
-	if err := p.Begin(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SendOffsets(ctx, group, gen, member, "", []Offset{{Topic: topic, Partition: 0, Offset: 7}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	txnStep(ctx, t, p, topic, group, gen, member, "", 0, 7, true)
 	if got := e.committed(t, group, topic, 0, 7); got != 7 {
 		t.Errorf("the group's offset is %d, want 7", got)
 	}
@@ -620,18 +621,7 @@ func testTxnFenced(t *testing.T, e *txnEnv) {
 	if got := e.committed(t, group, topic, 0, -1); got != -1 {
 		t.Errorf("the group's offset is %d: the fenced transaction's offsets were committed", got)
 	}
-	if err := second.Begin(); err != nil {
-		t.Fatal(err)
-	}
-	if err := second.WriteMessages(ctx, messages(topic, "live", 0, 1, 1)...); err != nil {
-		t.Fatal(err)
-	}
-	if err := second.SendOffsets(ctx, group, gen, member, "", []Offset{{Topic: topic, Partition: 0, Offset: 3}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := second.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	txnStep(ctx, t, second, topic, group, gen, member, "live", 1, 3, true)
 	if got := e.committed(t, group, topic, 0, 3); got != 3 {
 		t.Errorf("the group's offset is %d, want the second producer's 3", got)
 	}
