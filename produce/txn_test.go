@@ -445,6 +445,26 @@ func (e *txnEnv) committedNow(t *testing.T, group, topic string, partition int) 
 	return -1
 }
 
+// transactional returns a transactional producer with id, initialized.
+func (e *txnEnv) transactional(ctx context.Context, t *testing.T, id string, cfg Config) *Producer {
+	t.Helper()
+	cfg.TransactionalID = id
+	p := e.producer(t, cfg)
+	if err := p.InitProducerID(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// txnGroup makes a topic of one partition and a member of a group for it.
+func (e *txnEnv) txnGroup(t *testing.T) (topic, group string, gen int32, member string) {
+	t.Helper()
+	topic = e.topic(t, 1)
+	group = topic + "-group"
+	gen, member = e.join(t, group, topic, "")
+	return topic, group, gen, member
+}
+
 // txnStep runs one transaction on p: Begin, n messages "<prefix>-<i>" to
 // topic-0, the offset of topic-0 for group, then Commit or Abort.
 func txnStep(ctx context.Context, t *testing.T, p *Producer, topic, group string, gen int32, member, prefix string, n int, offset int64, commit bool) {
@@ -477,13 +497,8 @@ func txnStep(ctx context.Context, t *testing.T, p *Producer, topic, group string
 func testTxnCommitAbort(t *testing.T, e *txnEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	topic := e.topic(t, 1)
-	group := topic + "-group"
-	gen, member := e.join(t, group, topic, "")
-	p := e.producer(t, Config{TransactionalID: topic + "-txn"})
-	if err := p.InitProducerID(ctx); err != nil {
-		t.Fatal(err)
-	}
+	topic, group, gen, member := e.txnGroup(t)
+	p := e.transactional(ctx, t, topic+"-txn", Config{})
 	step := func(prefix string, offset int64, commit bool) {
 		t.Helper()
 		txnStep(ctx, t, p, topic, group, gen, member, prefix, 3, offset, commit)
@@ -528,13 +543,8 @@ func TestTxnCommitAbortRealBroker(t *testing.T) { testTxnCommitAbort(t, realEnv(
 func testTxnStaleGeneration(t *testing.T, e *txnEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	topic := e.topic(t, 1)
-	group := topic + "-group"
-	gen, member := e.join(t, group, topic, "")
-	p := e.producer(t, Config{TransactionalID: topic + "-txn"})
-	if err := p.InitProducerID(ctx); err != nil {
-		t.Fatal(err)
-	}
+	topic, group, gen, member := e.txnGroup(t)
+	p := e.transactional(ctx, t, topic+"-txn", Config{})
 	for _, c := range []struct {
 		gen    int32
 		member string
@@ -583,14 +593,9 @@ func TestTxnStaleGenerationRealBroker(t *testing.T) { testTxnStaleGeneration(t, 
 func testTxnFenced(t *testing.T, e *txnEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	topic := e.topic(t, 1)
-	group := topic + "-group"
-	gen, member := e.join(t, group, topic, "")
+	topic, group, gen, member := e.txnGroup(t)
 	id := topic + "-txn"
-	first := e.producer(t, Config{TransactionalID: id})
-	if err := first.InitProducerID(ctx); err != nil {
-		t.Fatal(err)
-	}
+	first := e.transactional(ctx, t, id, Config{})
 	if err := first.Begin(); err != nil {
 		t.Fatal(err)
 	}
@@ -600,10 +605,7 @@ func testTxnFenced(t *testing.T, e *txnEnv) {
 	if err := first.SendOffsets(ctx, group, gen, member, "", []Offset{{Topic: topic, Partition: 0, Offset: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	second := e.producer(t, Config{TransactionalID: id})
-	if err := second.InitProducerID(ctx); err != nil {
-		t.Fatal(err)
-	}
+	second := e.transactional(ctx, t, id, Config{})
 	err := first.Commit(ctx)
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("the fenced producer's Commit = %v, want ErrFenced", err)
@@ -684,10 +686,7 @@ func TestTxnProduceErrors(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			topic := e.topic(t, 1)
-			p := e.producer(t, Config{TransactionalID: topic + "-txn"})
-			if err := p.InitProducerID(ctx); err != nil {
-				t.Fatal(err)
-			}
+			p := e.transactional(ctx, t, topic+"-txn", Config{})
 			if err := p.Begin(); err != nil {
 				t.Fatal(err)
 			}
@@ -738,11 +737,8 @@ func TestTxnCoordinatorRetries(t *testing.T) {
 	e := kfakeEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	topic := e.topic(t, 1)
-	group := topic + "-group"
-	gen, member := e.join(t, group, topic, "")
-	id := topic + "-txn"
-	p := e.producer(t, Config{TransactionalID: id})
+	topic, group, gen, member := e.txnGroup(t)
+	p := e.producer(t, Config{TransactionalID: topic + "-txn"})
 	init := e.kfake.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.CoordinatorLoadInProgress, Count: 2})
 	if err := p.InitProducerID(ctx); err != nil {
 		t.Fatal(err)
@@ -788,10 +784,7 @@ func testTxnTimeout(t *testing.T, e *txnEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	topic := e.topic(t, 1)
-	p := e.producer(t, Config{TransactionalID: topic + "-txn", TransactionTimeout: time.Second})
-	if err := p.InitProducerID(ctx); err != nil {
-		t.Fatal(err)
-	}
+	p := e.transactional(ctx, t, topic+"-txn", Config{TransactionTimeout: time.Second})
 	if err := p.Begin(); err != nil {
 		t.Fatal(err)
 	}
