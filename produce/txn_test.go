@@ -809,3 +809,55 @@ func testTxnTimeout(t *testing.T, e *txnEnv) {
 
 func TestTxnTimeout(t *testing.T)           { testTxnTimeout(t, kfakeEnv(t)) }
 func TestTxnTimeoutRealBroker(t *testing.T) { testTxnTimeout(t, realEnv(t)) }
+
+// Concurrent WriteMessages calls to one partition of an idempotent
+// producer: its batches go one at a time, each with the sequence number
+// after the one before, so the broker takes every one (no
+// OUT_OF_ORDER_SEQUENCE_NUMBER) and the log holds every record once.
+func TestIdempotentConcurrentCalls(t *testing.T) {
+	e := kfakeEnv(t)
+	topic := e.topic(t, 1)
+	p := e.producer(t, Config{Idempotent: true, Attempts: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const callers, calls = 8, 15
+	var wg sync.WaitGroup
+	errs := make(chan error, callers*calls)
+	for g := range callers {
+		wg.Go(func() {
+			for c := range calls {
+				if err := p.WriteMessages(ctx, messages(topic, fmt.Sprintf("g%d-c%d", g, c), 0, 1, 1+c%3)...); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	bs := e.batches(t, topic, 0)
+	seq, n := int32(0), 0
+	seen := map[string]bool{}
+	for i, b := range bs {
+		if b.BaseSequence != seq || b.ProducerID != bs[0].ProducerID {
+			t.Fatalf("batch %d: producer %d base sequence %d, want %d (producer %d)", i, b.ProducerID, b.BaseSequence, seq, bs[0].ProducerID)
+		}
+		seq += int32(len(b.values))
+		for _, v := range b.values {
+			if seen[v] {
+				t.Errorf("%s written twice", v)
+			}
+			seen[v] = true
+			n++
+		}
+	}
+	want := 0
+	for c := range calls {
+		want += callers * (1 + c%3)
+	}
+	if n != want {
+		t.Errorf("the log holds %d records, want %d", n, want)
+	}
+}
