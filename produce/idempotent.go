@@ -97,6 +97,9 @@ func (p *Producer) sendSequenced(ctx context.Context, b *batch) error {
 			}
 			continue
 		}
+		if s.id == "" {
+			return se.err // no transaction to abort: the caller retries
+		}
 		err = wrapTxn(se.kind, "", se.err)
 		s.fail(se.kind, err)
 		return err
