@@ -861,3 +861,45 @@ func TestIdempotentConcurrentCalls(t *testing.T) {
 		t.Errorf("the log holds %d records, want %d", n, want)
 	}
 }
+
+// A static member (instance id, as joiner's workers join) replaced by a
+// new incarnation with the same instance id: the old member's offsets
+// are refused (FENCED_INSTANCE_ID: the request carries the instance id),
+// ErrAbortable; the new member's commit.
+func testTxnFencedInstance(t *testing.T, e *txnEnv) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topic := e.topic(t, 1)
+	group := topic + "-group"
+	oldGen, oldMember := e.join(t, group, topic, "worker-0")
+	newGen, newMember := e.join(t, group, topic, "worker-0")
+	if newMember == oldMember {
+		t.Fatalf("the second join kept member id %q", oldMember)
+	}
+	p := e.transactional(ctx, t, topic+"-txn", Config{})
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	err := p.SendOffsets(ctx, group, oldGen, oldMember, "worker-0", []Offset{{Topic: topic, Partition: 0, Offset: 4}})
+	if !errors.Is(err, ErrAbortable) || !errors.Is(err, kafka.FencedInstanceID) {
+		t.Errorf("the replaced member's SendOffsets = %v, want ErrAbortable with FENCED_INSTANCE_ID", err)
+	}
+	if err := p.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SendOffsets(ctx, group, newGen, newMember, "worker-0", []Offset{{Topic: topic, Partition: 0, Offset: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.committed(t, group, topic, 0, 5); got != 5 {
+		t.Errorf("the group's offset is %d, want the new member's 5", got)
+	}
+}
+
+func TestTxnFencedInstance(t *testing.T)           { testTxnFencedInstance(t, kfakeEnv(t)) }
+func TestTxnFencedInstanceRealBroker(t *testing.T) { testTxnFencedInstance(t, realEnv(t)) }
