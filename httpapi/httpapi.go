@@ -2,16 +2,19 @@
 //
 //	/metrics              Prometheus metrics of the gatherer
 //	/healthz              200 while the process is up
-//	/readyz               200 once assigned and every state task restored, else 503
+//	/readyz               200 once assigned, every state task restored and
+//	                      no task stalled (with lag, nothing acknowledged
+//	                      for the worker's StallTimeout), else 503
 //	/v1/assignment        this member's assignment and join counts (JSON)
 //	/v1/prices/{symbol}   the symbol's price from the local store: the
 //	                      latest, or with ?at_ms=T the version as of T
-//	                      (after first waiting, up to the worker's
-//	                      MaxTaskIdle, until the task has been read past T or
-//	                      to its end). 200, 400 for a bad symbol or at_ms,
-//	                      404 when there was no price (then), 421 when this
-//	                      member does not hold the symbol's task, 503 while
-//	                      it is restoring. after_ms is an alias of at_ms.
+//	                      (after first waiting, up to 250ms, until the
+//	                      task has been read past T or to its end). 200,
+//	                      400 for a bad symbol or at_ms, 404 when there was
+//	                      no price (then), 421 when this member does not
+//	                      hold the symbol's task, 503 while it is restoring
+//	                      or not read past T yet (ask again). after_ms is
+//	                      an alias of at_ms.
 //
 // It only translates HTTP to the Backend (a *join.Processor) and errors to
 // status codes; join's remote lookup client is the other side of
@@ -100,7 +103,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, join.ErrNotOwner):
 		return http.StatusMisdirectedRequest
-	case errors.Is(err, join.ErrRestoring):
+	case errors.Is(err, join.ErrRestoring), errors.Is(err, join.ErrNotReadPast):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, join.ErrNoPrice):
 		return http.StatusNotFound

@@ -60,6 +60,7 @@ func TestServePrice(t *testing.T) {
 		{"no price", "/v1/prices/BBCA?at_ms=2500", fmt.Errorf("%w for %q", join.ErrNoPrice, "BBCA"), 404, true, &at, "no price"},
 		{"not the owner", "/v1/prices/BBCA", fmt.Errorf("%w: task 3", join.ErrNotOwner), 421, true, nil, "task 3"},
 		{"restoring", "/v1/prices/BBCA", fmt.Errorf("%w: task 3", join.ErrRestoring), 503, true, nil, "restoring"},
+		{"not read past", "/v1/prices/BBCA?at_ms=2500", fmt.Errorf("%w: task 3", join.ErrNotReadPast), 503, true, &at, "not read past"},
 		{"store error", "/v1/prices/BBCA", errors.New("pebble: closed"), 500, true, nil, "pebble: closed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -22,6 +22,18 @@ import (
 type fakeFetcher struct {
 	mu   sync.Mutex
 	logs map[string]map[int][]fetchedRecord
+	// down makes every fetch and offset request of a topic fail.
+	down map[string]bool
+}
+
+// setDown makes topic unreadable (down) or readable again.
+func (f *fakeFetcher) setDown(topic string, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down == nil {
+		f.down = map[string]bool{}
+	}
+	f.down[topic] = down
 }
 
 func newFakeFetcher() *fakeFetcher {
@@ -43,6 +55,11 @@ func (f *fakeFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafk
 	deadline := time.Now().Add(req.MaxWait)
 	for {
 		f.mu.Lock()
+		if f.down[req.Topic] {
+			f.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			return nil, fmt.Errorf("fake: %s is down", req.Topic)
+		}
 		log := f.logs[req.Topic][req.Partition]
 		var out []kafka.Record
 		for _, r := range log[min(max(req.Offset, 0), int64(len(log))):] {
@@ -66,6 +83,11 @@ func (f *fakeFetcher) ListOffsets(_ context.Context, req *kafka.ListOffsetsReque
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res := &kafka.ListOffsetsResponse{Topics: map[string][]kafka.PartitionOffsets{}}
+	for topic := range req.Topics {
+		if f.down[topic] {
+			return nil, fmt.Errorf("fake: %s is down", topic)
+		}
+	}
 	for topic, reqs := range req.Topics {
 		for _, r := range reqs {
 			res.Topics[topic] = append(res.Topics[topic], kafka.PartitionOffsets{Partition: r.Partition, FirstOffset: 0, LastOffset: int64(len(f.logs[topic][r.Partition]))})

@@ -33,6 +33,8 @@ type Metrics struct {
 	TasksRevoked     prometheus.Counter     // joiner_rebalance_tasks_revoked_total
 	TasksAssigned    prometheus.Counter     // joiner_rebalance_tasks_assigned_total
 	StandbyLag       *prometheus.GaugeVec   // joiner_standby_lag_records{task}
+	Misrouted        prometheus.Counter     // joiner_notifications_misrouted_total
+	TaskStalled      *prometheus.GaugeVec   // joiner_task_stalled{task}
 }
 
 // Reasons of joiner_restore_records_total: why market records were applied
@@ -84,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		TaskLag: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "joiner_task_lag_records",
-			Help: "Notifications of a task not yet processed (high watermark minus next offset).",
+			Help: "Notifications of a task not yet processed: the partition's end offset minus the next offset whose alert is not acknowledged, read every progress interval whether or not the task takes notifications.",
 		}, []string{"task"}),
 		DeadLetters: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "joiner_dead_letters_total",
@@ -144,6 +146,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StandbyLag: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "joiner_standby_lag_records",
 			Help: "Market records a standby or warm-up copy lacks: the market partition's end offset (the high watermark of its last fetch) minus the next offset its store lacks.",
+		}, []string{"task"}),
+		Misrouted: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_notifications_misrouted_total",
+			Help: "Notifications joined that were not in their symbol's murmur2 partition (a producer with another partitioner, e.g. librdkafka's CRC32 default, or another key): each was joined exactly, with its symbol's price as of its time from the task that holds the symbol.",
+		}),
+		TaskStalled: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "joiner_task_stalled",
+			Help: "1 while a task has unprocessed notifications (joiner_task_lag_records > 0) and has acknowledged none for Config.StallTimeout (--stall-timeout); /readyz fails meanwhile. 0 otherwise.",
 		}, []string{"task"}),
 	}
 	// Pre-create the label values users alert on, so absent series do not

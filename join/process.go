@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,8 @@ type processTask struct {
 	// latestParts partitions: when their count changes it is emptied.
 	latest      map[string]*latestPrice
 	latestParts int
+	// prog is the task's lag and stall state (progress.go).
+	prog progress
 }
 
 // latestPrice is a symbol's newest version in a merged task's store, and
@@ -86,6 +89,7 @@ func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
 	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{}), gate: newGate()}
 	t.acked.Store(-1)
 	t.ackedTs.Store(-1)
+	t.prog.start.Store(-1)
 	return t
 }
 
@@ -126,12 +130,13 @@ func (t *processTask) run(ctx context.Context) {
 			return
 		}
 		log.Info("processing notifications merged with the market", "from_offset", start, "market_offset", t.st.resumeAt)
+		t.prog.begin(start)
 		t.runMerged(ctx, fctx, &wg, t.st, nr, head, log)
 		return
 	}
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
+	t.prog.begin(start)
 	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
-	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
 	lookupFailures := 0
 	for attempt := 0; ctx.Err() == nil; {
 		recs, err := r.fetch(ctx)
@@ -146,9 +151,6 @@ func (t *processTask) run(ctx context.Context) {
 			continue
 		}
 		attempt = 0
-		if r.hwm >= 0 {
-			lag.Set(float64(max(r.hwm-r.next, 0)))
-		}
 		if len(recs) == 0 {
 			continue
 		}
@@ -220,6 +222,9 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		others []record.Alert
 		tasks  []int
 		price  float64
+		// misrouted counts the notifications not in their symbol's
+		// partition.
+		misrouted int
 	)
 	for _, rec := range recs {
 		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
@@ -249,12 +254,19 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		}
 		a := record.Alert{Notification: n, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
 		q := murmur2.Partition([]byte(n.Symbol), parts)
+		if q != t.p {
+			// Its key was not partitioned with murmur2 by symbol (another
+			// partitioner, or another key): joined all the same, from
+			// the task of its symbol (joinAll). Counted once joined (a
+			// failed batch is joined again).
+			misrouted++
+		}
 		if t.st == nil || q != t.p {
 			others = append(others, a)
 			tasks = append(tasks, q)
 			continue
 		}
-		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
+		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
@@ -270,18 +282,31 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		}
 		e.addAll(w.alerts, others)
 	}
+	w.metrics.Misrouted.Add(float64(misrouted))
 	return dead, nil
 }
 
 // joinAll looks up the price of each alert's notification as of its
 // timestamp, in place; tasks[i] is the task of alerts[i]'s symbol.
 // Local lookups are store reads, after the store has been read past the
-// notifications (or to its end; bounded by MaxTaskIdle). The task's own
-// store when it runs merged is already there. Remote lookups are HTTP
-// calls, made concurrently (bounded) so that a batch costs about one round
-// trip; the owner does the same wait.
+// notifications (or to its end). The task's own store when it runs merged
+// is already there. Remote lookups are HTTP calls, made concurrently
+// (bounded) so that a batch costs about one round trip; the owner does the
+// same wait.
+//
+// Every wait is bounded. A merged task (a merge loop, whose own market
+// does not advance while it waits) waits crossTaskWait at most, here and
+// at a remote owner, and asks an owner once: on expiry the batch fails
+// with an error wrapping errLookup and ErrNotReadPast, and runMerged
+// retries it later while it reads its own market on. An unmerged task
+// waits up to RemoteTimeout (its own retries of the batch follow).
 func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int) error {
 	w := t.w
+	merged := t.st != nil
+	limit := w.cfg.RemoteTimeout
+	if merged {
+		limit = crossTaskWait
+	}
 	var newest map[int]int64
 	for i, q := range tasks {
 		if t.st == nil || q != t.p {
@@ -293,8 +318,14 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 	}
 	for q, ts := range newest {
 		if st := w.stateTask(q); st != nil {
-			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
-				return err
+			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle, limit); err != nil {
+				switch {
+				case ctx.Err() != nil:
+					return ctx.Err()
+				case errors.Is(err, errNotReadPast):
+					return fmt.Errorf("%w: %w", errLookup, err)
+				}
+				// The task stopped here: lookupIn asks its new owner.
 			}
 		}
 	}
@@ -317,7 +348,7 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 			lastTask, lastState = q, w.stateTask(q)
 		}
 		if st := lastState; st != nil {
-			if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs); err != nil {
+			if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
 				fail(err)
 			}
 			continue
@@ -329,7 +360,7 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := w.lookup(ctx, a, price, q, a.Symbol, a.NotificationTsMs); err != nil {
+			if err := w.lookup(ctx, a, price, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
 				fail(err)
 			}
 		}()

@@ -818,14 +818,22 @@ func (s *stateTask) advance(next, maxTs int64) {
 // waitFor blocks until the task has been read past tsMs, or up to the
 // partition's end as it was once the wait began. This is what aligns a
 // notification with the ticks before it: a tick produced before a
-// notification is in the store once waitFor returns nil. It never gives up
-// on its own: while the market cannot be read (no leader, broker down), it
-// re-checks every idle and logs once that it is still waiting; only ctx
-// or the task stopping end it early (with their error), because a join
-// before the market is read could miss a tick.
-func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration) error {
+// notification is in the store once waitFor returns nil. While the market
+// cannot be read (no leader, broker down), it re-checks every idle and logs
+// once that it is still waiting. It gives up after limit with
+// errNotReadPast, never by answering early, because a join before the
+// market is read could miss a tick; ctx or the task stopping end it early
+// (with their error).
+//
+// No caller waits without a limit: a merged task's market advances in its
+// own merge loop, so two merge loops each waiting for the other's market
+// without one would wait for ever (see runMerged's lookup retries, which
+// go on reading their market).
+func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle, limit time.Duration) error {
 	recheck := time.NewTimer(idle)
 	defer recheck.Stop()
+	expire := time.NewTimer(limit)
+	defer expire.Stop()
 	end := int64(-1) // the end offset, read once the task is restored
 	began := time.Now()
 	warned := false
@@ -857,6 +865,8 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle time.Duration)
 		case <-restoring:
 		case <-s.stopped:
 			return errTaskStopped
+		case <-expire.C:
+			return fmt.Errorf("%w: task %d, notification at %d ms, waited %v", errNotReadPast, s.p, tsMs, time.Since(began).Round(time.Millisecond))
 		case <-recheck.C:
 			if !warned && restored {
 				warned = true

@@ -22,8 +22,9 @@ func counterValue(c prometheus.Counter) int64 {
 	return int64(m.GetCounter().GetValue())
 }
 
-// Ready reports whether the worker has an assignment and every state task
-// it holds has been restored: the /readyz condition.
+// Ready reports whether the worker has an assignment, every state task it
+// holds has been restored and no process task is stalled (progress.go):
+// the /readyz condition.
 func (w *Processor) Ready() (bool, string) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -42,6 +43,9 @@ func (w *Processor) Ready() (bool, string) {
 	if len(waiting) > 0 {
 		slices.Sort(waiting)
 		return false, fmt.Sprintf("restoring tasks %v", waiting)
+	}
+	if why := w.stalledLocked(); why != "" {
+		return false, why
 	}
 	return true, "ok"
 }
@@ -78,6 +82,9 @@ type Stats struct {
 	// MovedTotal sums the moved counts of the plans this worker computed
 	// as leader.
 	MovedTotal int64 `json:"moved_total"`
+	// Misrouted counts the notifications joined that were not in their
+	// symbol's murmur2 partition (joiner_notifications_misrouted_total).
+	Misrouted int64 `json:"misrouted"`
 }
 
 // Stats returns a snapshot of the worker's assignment and join counts.
@@ -103,6 +110,7 @@ func (w *Processor) Stats() Stats {
 		RestoredFailover: counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonFailover)),
 		RestoredStandby:  counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonStandby)),
 		RestoredWarmup:   counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonWarmup)),
+		Misrouted:        counterValue(w.metrics.Misrouted),
 	}
 }
 

@@ -38,6 +38,7 @@
 //	commit.go    the commit loop, committed and start offsets
 //	gate.go      a process task's gate, closed when the task is revoked
 //	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
+//	progress.go  each task's lag from its partition's end, and stalls (no progress with lag)
 //	status.go    readiness, Stats and the assignment view
 //
 // Record formats live in package record, the HTTP API in package httpapi.
@@ -93,6 +94,10 @@ type Config struct {
 	// RemoteTimeout bounds one remote price lookup, retries included.
 	// Default: 5s.
 	RemoteTimeout time.Duration
+	// StallTimeout: a task with unprocessed notifications that acknowledges
+	// none for this long is stalled: logged at ERROR, joiner_task_stalled
+	// 1 and /readyz failing until it moves. Default: 1m.
+	StallTimeout time.Duration
 	// HistoryRetention is how much price history a task keeps before its
 	// newest committed notification: every version newer than that, plus
 	// the newest one at or before it. A notification older than the kept
@@ -204,6 +209,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.FetchMaxWait, 250*time.Millisecond)
 	defDur(&c.RemoteTimeout, 5*time.Second)
 	defDur(&c.HistoryRetention, time.Hour)
+	defDur(&c.StallTimeout, time.Minute)
 	if c.BulkRestoreMin == 0 {
 		c.BulkRestoreMin = restoreLoadMin
 	}
@@ -263,6 +269,11 @@ func (w *Processor) Run(ctx context.Context, m Membership) error {
 	go func() {
 		defer wg.Done()
 		w.commitLoop(commitCtx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.watchProgress(commitCtx)
 	}()
 	err := m.Run(ctx)
 	// m.Run has left the group (its Rebalancing call committed after the
@@ -366,6 +377,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	for _, t := range stopProcs {
 		w.stopTask(t, t.stopped)
 		w.metrics.TaskLag.DeleteLabelValues(taskLabel(t.p))
+		w.metrics.TaskStalled.DeleteLabelValues(taskLabel(t.p))
 	}
 	for _, t := range stopStates {
 		w.stopTask(t, t.stopped)
@@ -619,6 +631,7 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.committed = nil
 	w.commitMu.Unlock()
 	w.metrics.TaskLag.Reset()
+	w.metrics.TaskStalled.Reset()
 	w.metrics.StandbyLag.Reset()
 	w.updateTaskGauges()
 }

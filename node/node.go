@@ -97,6 +97,8 @@ type Config struct {
 	ProbingRebalanceInterval time.Duration
 	MaxTaskIdle              time.Duration
 	CommitInterval           time.Duration
+	// StallTimeout: see join.Config.StallTimeout. Default: 1m.
+	StallTimeout time.Duration
 	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
 	HistoryRetention time.Duration
 	// BulkRestoreMin: see join.Config.BulkRestoreMin. Default:
@@ -231,6 +233,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Topics:           cfg.Topics,
 		MaxTaskIdle:      cfg.MaxTaskIdle,
 		CommitInterval:   cfg.CommitInterval,
+		StallTimeout:     cfg.StallTimeout,
 		HistoryRetention: cfg.HistoryRetention,
 		BulkRestoreMin:   cfg.BulkRestoreMin,
 		HTTPClient:       n.peer.client(),

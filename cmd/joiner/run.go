@@ -54,6 +54,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.ProbingRebalanceInterval, "probing-rebalance-interval", group.DefaultProbingRebalanceInterval, "how often the leader replans while warm-ups run, to move tasks whose copy caught up")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
+	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", time.Minute, "a task with unprocessed notifications that acknowledges none for this long is stalled: logged at ERROR, joiner_task_stalled 1, /readyz 503 until it moves")
 	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")
 	fs.Int64Var(&cfg.BulkRestoreMin, "bulk-restore-min", join.DefaultBulkRestoreMin, "a restore of at least this many market records is bulk-loaded: its ticks sorted in memory (about 40 bytes each, 1M at a time at most) and ingested into the store as tables; 0 or less: never")
 	sec := kafkasec.AddFlags(fs.FlagSet)

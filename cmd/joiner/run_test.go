@@ -54,6 +54,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"zero probing interval", []string{"--probing-rebalance-interval", "0s"}, nil, "--probing-rebalance-interval"},
 		{"zero max task idle", []string{"--max-task-idle", "0s"}, nil, "--max-task-idle"},
 		{"zero commit interval", []string{"--commit-interval", "0s"}, nil, "--commit-interval"},
+		{"zero stall timeout", []string{"--stall-timeout", "0s"}, nil, "--stall-timeout"},
 		{"bad duration from env", nil, map[string]string{"JOINER_COMMIT_INTERVAL": "soon"}, "JOINER_COMMIT_INTERVAL"},
 		{"zero startup timeout", []string{"--startup-timeout", "0s"}, nil, "--startup-timeout"},
 		{"unknown start offset", []string{"--start-offset", "beginning"}, nil, "--start-offset"},

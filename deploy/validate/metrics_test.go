@@ -51,6 +51,10 @@ var exported = map[string]string{
 	"joiner_rebalance_tasks_revoked_total":  "counter",
 	"joiner_rebalance_tasks_assigned_total": "counter",
 	"joiner_standby_lag_records":            "gauge",
+
+	// Misrouted notifications and stalled tasks (issue 19).
+	"joiner_notifications_misrouted_total": "counter",
+	"joiner_task_stalled":                  "gauge",
 }
 
 var (
