@@ -14,7 +14,9 @@
 //	                      no price (then), 421 when this member does not
 //	                      hold the symbol's task, 503 while it is restoring
 //	                      or not read past T yet (ask again). after_ms is
-//	                      an alias of at_ms.
+//	                      an alias of at_ms. With &task=q, from task q's
+//	                      store instead of the symbol's task (a moved
+//	                      symbol's history after a partition count change).
 //
 // It only translates HTTP to the Backend (a *join.Processor) and errors to
 // status codes; join's remote lookup client is the other side of
@@ -41,6 +43,9 @@ type Backend interface {
 	// errors wrap join.ErrNotOwner, join.ErrRestoring or join.ErrNoPrice,
 	// any other error is a 500.
 	PriceAsOf(ctx context.Context, symbol string, atMs *int64) (join.Price, error)
+	// PriceAsOfTask answers /v1/prices?task=q: PriceAsOf from task q's
+	// store (a moved symbol's old task, after a partition count change).
+	PriceAsOfTask(ctx context.Context, symbol string, task int, atMs *int64) (join.Price, error)
 	// View answers /v1/assignment.
 	View() join.AssignmentView
 	// Ready answers /readyz.
@@ -87,7 +92,20 @@ func servePrice(b Backend, rw http.ResponseWriter, r *http.Request) {
 		}
 		atMs = &t
 	}
-	p, err := b.PriceAsOf(r.Context(), symbol, atMs)
+	var (
+		p   join.Price
+		err error
+	)
+	if v := q.Get("task"); v != "" {
+		task, perr := strconv.Atoi(v)
+		if perr != nil || task < 0 {
+			http.Error(rw, "task must be a partition index", http.StatusBadRequest)
+			return
+		}
+		p, err = b.PriceAsOfTask(r.Context(), symbol, task, atMs)
+	} else {
+		p, err = b.PriceAsOf(r.Context(), symbol, atMs)
+	}
 	switch {
 	case err == nil:
 		writeJSON(rw, p)

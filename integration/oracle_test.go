@@ -2,11 +2,13 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/segmentio/kafka-go"
 )
 
 // The oracle scenarios run `joiner run` processes on the real broker while
@@ -227,6 +229,44 @@ func TestIntegrationOracleMisrouted(t *testing.T) {
 			c.t.Logf("%d notifications written with CRC32, %d outside their symbol's partition; the workers counted %d misrouted", len(wl.Misrouted()), want, got)
 			if want < 100 || got < int64(want) {
 				c.t.Errorf("joiner_notifications_misrouted_total sums to %d, want at least %d (and 100)", got, want)
+			}
+		}})
+}
+
+// Both input topics grown from 6 to 8 partitions while the load flows
+// (issue 19, item 5): most symbols move to another task, whose store lacks
+// their history from before the change. Every alert must still carry the
+// exact as-of price: a moved symbol's lookup also asks the task that held
+// it under 6 partitions, on whichever worker process holds it now.
+func TestIntegrationOracleBothTopicsGrow(t *testing.T) {
+	load := oracleLoad
+	load.Symbols, load.TicksPerRound = 120, 6 // sparse ticks: many prices from before the change
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, maxDuplicates: -1, load: &load,
+		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
+			at(0.25)
+			resp, err := c.client.CreatePartitions(context.Background(), &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{
+				{Name: c.market, Count: partitions + 2}, {Name: c.notifs, Count: partitions + 2},
+			}})
+			if err == nil {
+				err = errors.Join(resp.Errors[c.market], resp.Errors[c.notifs])
+			}
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			c.t.Logf("both topics grown to %d partitions", partitions+2)
+		},
+		after: func(c *cluster, ws map[string]*worker, _ *oracle.Workload) {
+			for _, w := range ws {
+				v, err := w.view()
+				if err != nil {
+					c.t.Fatal(err)
+				}
+				if v.Partitions != partitions+2 {
+					c.t.Errorf("%s plans %d partitions after the change, want %d", v.Instance, v.Partitions, partitions+2)
+				}
+			}
+			if n := c.countLogLines("partition count changed"); n == 0 {
+				c.t.Errorf("no worker logged the partition count change")
 			}
 		}})
 }

@@ -62,7 +62,14 @@ const crossTaskWait = 250 * time.Millisecond
 // ErrRestoring, ErrNotReadPast (not read past *atMs in that time: the
 // caller asks again) or ErrNoPrice, or are ctx's error or a store error.
 func (w *Processor) PriceAsOf(ctx context.Context, symbol string, atMs *int64) (Price, error) {
-	q := SymbolTask(symbol, w.partitions())
+	return w.PriceAsOfTask(ctx, symbol, SymbolTask(symbol, w.partitions()), atMs)
+}
+
+// PriceAsOfTask is PriceAsOf from the store of task q, which need not be
+// symbol's task under the current partition count: after the count
+// changed, the task that held a moved symbol before is asked for its
+// history too (repartition.go). GET /v1/prices/{symbol}?task=q.
+func (w *Processor) PriceAsOfTask(ctx context.Context, symbol string, q int, atMs *int64) (Price, error) {
 	st := w.stateTask(q)
 	if st == nil {
 		return Price{}, fmt.Errorf("%w: task %d of %q is not held by %s", ErrNotOwner, q, symbol, w.cfg.InstanceID)
@@ -107,10 +114,10 @@ type remoteClient struct {
 // false when the owner has no price. Transient failures (unreachable,
 // restoring, not the owner yet, not read past tsMs yet) are retried until
 // the timeout.
-func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, tsMs int64) (p Price, found bool, err error) {
+func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, task int, tsMs int64) (p Price, found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	u := priceURL(addr, symbol, tsMs)
+	u := priceURL(addr, symbol, task, tsMs)
 	start := time.Now()
 	defer func() { c.hist.Observe(time.Since(start).Seconds()) }()
 	for attempt := 0; ; attempt++ {
@@ -130,20 +137,21 @@ func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, tsMs int
 // for the network. A 503 (restoring, or not read past tsMs yet) returns an
 // error wrapping ErrNotReadPast; the merge retries every failure later,
 // reading its market meanwhile.
-func (c *remoteClient) lookupOnce(ctx context.Context, addr, symbol string, tsMs int64) (p Price, found bool, err error) {
+func (c *remoteClient) lookupOnce(ctx context.Context, addr, symbol string, task int, tsMs int64) (p Price, found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, min(c.timeout, crossTaskWait+time.Second))
 	defer cancel()
 	start := time.Now()
 	defer func() { c.hist.Observe(time.Since(start).Seconds()) }()
-	p, found, _, err = c.get(ctx, priceURL(addr, symbol, tsMs))
+	p, found, _, err = c.get(ctx, priceURL(addr, symbol, task, tsMs))
 	if err != nil {
 		return Price{}, false, fmt.Errorf("price of %q from %s: %w", symbol, addr, err)
 	}
 	return p, found, nil
 }
 
-func priceURL(addr, symbol string, tsMs int64) string {
-	return "http://" + addr + "/v1/prices/" + url.PathEscape(symbol) + "?at_ms=" + strconv.FormatInt(tsMs, 10)
+// priceURL asks addr for symbol's price as of tsMs from task's store.
+func priceURL(addr, symbol string, task int, tsMs int64) string {
+	return "http://" + addr + "/v1/prices/" + url.PathEscape(symbol) + "?at_ms=" + strconv.FormatInt(tsMs, 10) + "&task=" + strconv.Itoa(task)
 }
 
 func (c *remoteClient) get(ctx context.Context, u string) (p Price, found, retry bool, err error) {
@@ -212,7 +220,7 @@ func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float6
 	if once {
 		ask = w.remote.lookupOnce
 	}
-	p, found, err := ask(ctx, owner.Addr, symbol, tsMs)
+	p, found, err := ask(ctx, owner.Addr, symbol, q, tsMs)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, ErrNotReadPast) {
 			w.metrics.RemoteLookupErrs.Inc()

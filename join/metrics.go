@@ -35,6 +35,7 @@ type Metrics struct {
 	StandbyLag       *prometheus.GaugeVec   // joiner_standby_lag_records{task}
 	Misrouted        prometheus.Counter     // joiner_notifications_misrouted_total
 	TaskStalled      *prometheus.GaugeVec   // joiner_task_stalled{task}
+	PartitionChanges prometheus.Counter     // joiner_partition_changes_total
 }
 
 // Reasons of joiner_restore_records_total: why market records were applied
@@ -150,6 +151,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Misrouted: f.NewCounter(prometheus.CounterOpts{
 			Name: "joiner_notifications_misrouted_total",
 			Help: "Notifications joined that were not in their symbol's murmur2 partition (a producer with another partitioner, e.g. librdkafka's CRC32 default, or another key): each was joined exactly, with its symbol's price as of its time from the task that holds the symbol.",
+		}),
+		PartitionChanges: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_partition_changes_total",
+			Help: "Changes of the input topics' partition count seen in this worker's plans: from then on a moved symbol's price is looked up in its new task and in the task that held it under each earlier count.",
 		}),
 		TaskStalled: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "joiner_task_stalled",

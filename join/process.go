@@ -210,7 +210,7 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRecord) ([]deadLetter, error) {
 	w := t.w
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
-	parts := w.partitions()
+	parts, past := w.mapping()
 	mark := e.mark()
 	e.grow(recs, len(w.cfg.InstanceID))
 	if parts != t.latestParts {
@@ -221,6 +221,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		dead   []deadLetter
 		others []record.Alert
 		tasks  []int
+		extras [][]int // per other: more tasks to consult (repartition.go)
 		price  float64
 		// misrouted counts the notifications not in their symbol's
 		// partition.
@@ -245,8 +246,8 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		}
 		nTsMs := rec.Time.UnixMilli()
 		// The common join: a symbol of this task (t.latest holds no
-		// other) newer than its newest price, whose alert fields are
-		// encoded once.
+		// other, and no symbol that moved between tasks) newer than its
+		// newest price, whose alert fields are encoded once.
 		c, ok := t.latest[n.Symbol]
 		if ok && c.tick.TimestampMs <= nTsMs {
 			e.addPriced(w.alerts, &n, nTsMs, c.priceFields(), record.ResultLocal)
@@ -261,9 +262,14 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			// failed batch is joined again).
 			misrouted++
 		}
-		if t.st == nil || q != t.p {
+		var more []int
+		if len(past) > 0 || q != t.p {
+			more = extraTasks(n.Symbol, q, t.p, t.st != nil, past)
+		}
+		if t.st == nil || q != t.p || len(more) > 0 {
 			others = append(others, a)
 			tasks = append(tasks, q)
+			extras = append(extras, more)
 			continue
 		}
 		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
@@ -276,7 +282,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		e.add(w.alerts, &a)
 	}
 	if len(others) > 0 {
-		if err := t.joinAll(ctx, others, tasks); err != nil {
+		if err := t.joinAll(ctx, others, tasks, extras); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
@@ -287,7 +293,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 }
 
 // joinAll looks up the price of each alert's notification as of its
-// timestamp, in place; tasks[i] is the task of alerts[i]'s symbol.
+// timestamp, in place; tasks[i] is the task of alerts[i]'s symbol, and
+// extras[i] (possibly nil) more tasks that may hold ticks of it (moved
+// symbols, misrouted notifications: repartition.go), whose newest as-of
+// version wins.
 // Local lookups are store reads, after the store has been read past the
 // notifications (or to its end). The task's own store when it runs merged
 // is already there. Remote lookups are HTTP calls, made concurrently
@@ -300,7 +309,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 // with an error wrapping errLookup and ErrNotReadPast, and runMerged
 // retries it later while it reads its own market on. An unmerged task
 // waits up to RemoteTimeout (its own retries of the batch follow).
-func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int) error {
+func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int, extras [][]int) error {
 	w := t.w
 	merged := t.st != nil
 	limit := w.cfg.RemoteTimeout
@@ -308,12 +317,18 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		limit = crossTaskWait
 	}
 	var newest map[int]int64
-	for i, q := range tasks {
+	wait := func(q int, ts int64) {
 		if t.st == nil || q != t.p {
 			if newest == nil {
 				newest = map[int]int64{}
 			}
-			newest[q] = max(newest[q], alerts[i].NotificationTsMs)
+			newest[q] = max(newest[q], ts)
+		}
+	}
+	for i, q := range tasks {
+		wait(q, alerts[i].NotificationTsMs)
+		for _, c := range extras[i] {
+			wait(c, alerts[i].NotificationTsMs)
 		}
 	}
 	for q, ts := range newest {
@@ -339,16 +354,38 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		failed  error
 	)
 	fail := func(err error) { errOnce.Do(func() { failed = err }) }
+	// lookup sets alerts[i] from task q, then takes the newest of its
+	// extra tasks' versions.
+	lookup := func(i int, st *stateTask, q int) error {
+		a, price := &alerts[i], &prices[i]
+		if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
+			return err
+		}
+		for _, c := range extras[i] {
+			b := record.Alert{Notification: a.Notification, NotificationTsMs: a.NotificationTsMs, Worker: a.Worker}
+			var bp float64
+			if err := w.lookup(ctx, &b, &bp, c, a.Symbol, a.NotificationTsMs, merged); err != nil {
+				return err
+			}
+			if newerJoin(a, &b) {
+				*price = bp
+				a.Result, a.PriceTsMs, a.Price = b.Result, b.PriceTsMs, nil
+				if b.Price != nil {
+					a.Price = price
+				}
+			}
+		}
+		return nil
+	}
 	// The state task of the last symbol's task: a chunk of a merged task
 	// is mostly its own.
 	lastTask, lastState := -1, (*stateTask)(nil)
 	for i, q := range tasks {
-		a, price := &alerts[i], &prices[i]
 		if q != lastTask {
 			lastTask, lastState = q, w.stateTask(q)
 		}
-		if st := lastState; st != nil {
-			if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
+		if st := lastState; st != nil && !remoteExtras(w, extras[i]) {
+			if err := lookup(i, st, q); err != nil {
 				fail(err)
 			}
 			continue
@@ -360,7 +397,7 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := w.lookup(ctx, a, price, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
+			if err := lookup(i, w.stateTask(q), q); err != nil {
 				fail(err)
 			}
 		}()
@@ -370,6 +407,17 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		return err
 	}
 	return failed
+}
+
+// remoteExtras reports whether one of tasks is not held here (its lookup
+// is an HTTP call, made concurrently).
+func remoteExtras(w *Processor, tasks []int) bool {
+	for _, c := range tasks {
+		if w.stateTask(c) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // remoteConcurrency bounds the remote lookups in flight per task.

@@ -34,6 +34,7 @@
 //	merge.go     the aligned merge of market-p and notifications-p of a merged task
 //	process.go   process tasks: decode, hold, join every notification of a batch
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
+//	repartition.go  partition count changes: a moved symbol's earlier tasks are asked too
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
 //	gate.go      a process task's gate, closed when the task is revoked
@@ -160,8 +161,13 @@ type Processor struct {
 	states     map[int]*stateTask // active state tasks
 	standbys   map[int]*stateTask // standby and warm-up state tasks
 	procs      map[int]*processTask
-	cancels    map[any]context.CancelFunc
-	tasks      sync.WaitGroup
+	// lastParts is the partition count of the last plan, and pastParts
+	// the earlier counts planned with (repartition.go); kept across a lost
+	// membership.
+	lastParts int
+	pastParts []int
+	cancels   map[any]context.CancelFunc
+	tasks     sync.WaitGroup
 
 	// The join and moved counts of Stats are read from metrics; these two
 	// have no metric of the same meaning.
@@ -247,6 +253,7 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	}
 	w.metrics = NewMetrics(reg)
 	w.registerFaultMetrics(reg)
+	w.loadPartitionCounts()
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
 	return w, nil
 }
@@ -488,6 +495,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 		}
 	}
 	w.mu.Lock()
+	w.notePartitionsLocked(a.Partitions, a.Error)
 	w.assigned = true
 	w.assignment = a
 	for _, st := range newStates {

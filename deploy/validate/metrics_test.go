@@ -55,6 +55,7 @@ var exported = map[string]string{
 	// Misrouted notifications and stalled tasks (issue 19).
 	"joiner_notifications_misrouted_total": "counter",
 	"joiner_task_stalled":                  "gauge",
+	"joiner_partition_changes_total":       "counter",
 }
 
 var (
