@@ -16,13 +16,8 @@ import (
 // the exact as-of price all the same: a moved symbol's lookup also
 // consults the task that held it under the old count.
 func TestBothTopicsGrowUnderLoad(t *testing.T) {
-	f := haFleet(t, 6, nil)
-	startAll(t, f, "w1", "w2", "w3")
-	if _, err := f.WaitStable(context.Background(), 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	f, topics := oracleFleet(t)
 	b := f.Broker
-	topics := oracle.Topics{Market: b.Topics.Market, Notifications: b.Topics.Notifications, Alerts: b.Topics.Alerts}
 	// Sparse ticks, so that many symbols' last price before the change is
 	// what their notifications after it must get.
 	cfg := oracle.Config{Rounds: 240, Symbols: 80, TicksPerRound: 4, NotificationsPerRound: 40, RoundInterval: 50 * time.Millisecond}
@@ -50,16 +45,7 @@ func TestBothTopicsGrowUnderLoad(t *testing.T) {
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
-	wl := p.Workload()
-	r := oracle.NewAlertReader(b.Client, b.Topics.Alerts, b.Partitions)
-	rep, err := wl.WaitComplete(ctx, r, wl.Produced(), 60*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%v", rep)
-	if rep.Lost != 0 || rep.Wrong != 0 || rep.DuplicatesDiffering != 0 {
-		t.Errorf("oracle: %v; examples: %q", rep, rep.Examples)
-	}
+	checkExact(ctx, t, b, p.Workload(), 60*time.Second)
 	owned := map[int]bool{}
 	for p := range f.Owners() {
 		owned[p] = true

@@ -70,16 +70,7 @@ func (w *Processor) progressInterval() time.Duration {
 // position has not moved for StallTimeout is stalled: logged at ERROR,
 // joiner_task_stalled 1, and /readyz fails, until it moves again.
 func (w *Processor) watchProgress(ctx context.Context) {
-	t := time.NewTicker(w.progressInterval())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.checkProgress(ctx, time.Now())
-		}
-	}
+	every(ctx, w.progressInterval(), func() { w.checkProgress(ctx, time.Now()) })
 }
 
 // checkProgress is one round of watchProgress, at now.
