@@ -126,12 +126,15 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 			// be read past its own notifications, perhaps the very task
 			// this lookup waits for.
 			delay := backoff(lookupFailures)
-			if errors.Is(err, errNotReadPast) {
+			switch {
+			case errors.Is(err, errRepartitioning):
+				delay = 100 * time.Millisecond
+			case errors.Is(err, errNotReadPast):
 				delay = crossTaskRetry.Delay(lookupFailures)
 				if lookupFailures == crossTaskWarnAfter {
 					log.Warn("notifications of other tasks' symbols wait for those tasks' markets; retrying, this task's market goes on", "err", err)
 				}
-			} else {
+			default:
 				log.Warn("cannot look prices up; retrying", "err", err)
 			}
 			if !m.readMarketFor(ctx, delay, mCh, nCh, ends) {

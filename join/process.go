@@ -163,7 +163,9 @@ func (t *processTask) run(ctx context.Context) {
 			// Not acknowledged: read the batch again.
 			r.next = recs[0].Offset
 			if errors.Is(err, errLookup) {
-				log.Warn("cannot look prices up; retrying the batch", "from_offset", r.next, "err", err)
+				if !errors.Is(err, errRepartitioning) {
+					log.Warn("cannot look prices up; retrying the batch", "from_offset", r.next, "err", err)
+				}
 				if sleep(ctx, backoff(lookupFailures)) != nil {
 					return
 				}
@@ -209,8 +211,11 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 // are of one kind.
 func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRecord) ([]deadLetter, error) {
 	w := t.w
-	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	parts, past := w.mapping()
+	if w.repartitioning(parts) {
+		return nil, fmt.Errorf("%w: %w", errLookup, errRepartitioning)
+	}
+	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	mark := e.mark()
 	e.grow(recs, len(w.cfg.InstanceID))
 	if parts != t.latestParts {

@@ -70,7 +70,10 @@ func (w *Processor) progressInterval() time.Duration {
 // position has not moved for StallTimeout is stalled: logged at ERROR,
 // joiner_task_stalled 1, and /readyz fails, until it moves again.
 func (w *Processor) watchProgress(ctx context.Context) {
-	every(ctx, w.progressInterval(), func() { w.checkProgress(ctx, time.Now()) })
+	every(ctx, w.progressInterval(), func() {
+		w.checkGrowth(ctx)
+		w.checkProgress(ctx, time.Now())
+	})
 }
 
 // checkProgress is one round of watchProgress, at now.

@@ -1,10 +1,13 @@
 package join
 
 import (
+	"context"
+	"errors"
 	"slices"
 
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/segmentio/kafka-go"
 )
 
 // When partitions are added to both input topics (N to M), murmur2 sends
@@ -124,3 +127,58 @@ func newerJoin(a, b *record.Alert) bool {
 	}
 	return false
 }
+
+// errRepartitioning fails a batch while both input topics have more
+// partitions than the plan: the group is about to replan, and until then
+// a notification written with the new count could miss a tick written
+// with it too (in a partition no lookup under the old count asks).
+var errRepartitioning = errors.New("the input topics have more partitions than the group planned; waiting for the replan")
+
+// metadataClient is what checkGrowth needs of Config.Client: a
+// *kafka.Client (whose Metadata is kafka-go's cached view, refreshed every
+// few seconds). Fakes without it are never checked.
+type metadataClient interface {
+	Metadata(ctx context.Context, req *kafka.MetadataRequest) (*kafka.MetadataResponse, error)
+}
+
+// checkGrowth reads the input topics' partition counts (every progress
+// interval, watchProgress). When both have more partitions than the
+// current plan, joins wait for the replan (repartitioning), which the
+// group leader starts when it sees the same (docs/group.md, metadata
+// watch); the plan it makes is a partition change (notePartitionsLocked).
+// Only both topics together: with one grown the plan stays (unpaired
+// partitions).
+func (w *Processor) checkGrowth(ctx context.Context) {
+	mc, ok := w.cfg.Client.(metadataClient)
+	if !ok {
+		return
+	}
+	w.mu.RLock()
+	parts, planned := w.assignment.Partitions, w.assigned && w.assignment.Error == ""
+	w.mu.RUnlock()
+	if !planned || parts <= 0 {
+		return
+	}
+	res, err := mc.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{w.cfg.Topics.Market, w.cfg.Topics.Notifications}})
+	if err != nil {
+		return // the next round asks again; the leader's watch goes on too
+	}
+	counts := map[string]int{}
+	for _, t := range res.Topics {
+		if t.Error == nil {
+			counts[t.Name] = len(t.Partitions)
+		}
+	}
+	grown := counts[w.cfg.Topics.Market] > parts && counts[w.cfg.Topics.Notifications] > parts
+	switch was := w.grownFrom.Load() == int64(parts); {
+	case grown && !was:
+		w.grownFrom.Store(int64(parts))
+		w.log.Warn("partitions were added to both input topics; joins wait for the group's replan", "planned", parts, "counts", counts)
+	case !grown && was:
+		w.grownFrom.Store(0)
+	}
+}
+
+// repartitioning reports whether the plan of parts partitions is known to
+// be outdated (checkGrowth).
+func (w *Processor) repartitioning(parts int) bool { return w.grownFrom.Load() == int64(parts) }

@@ -6,10 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/segmentio/kafka-go"
 )
 
 // movedSymbol returns a symbol whose task among from partitions differs
@@ -35,20 +38,11 @@ func TestLookupAcrossPartitionChange(t *testing.T) {
 	r := newFakeRig(t)
 	s := movedSymbol(t, 2, 3)
 	oldP, newP := SymbolTask(s, 2), SymbolTask(s, 3)
-	all := func(gen int32, n int) group.Assignment {
-		ps := make([]int, n)
-		for i := range ps {
-			ps[i] = i
-		}
-		a := assignment(gen, ps, ps)
-		a.Partitions = n
-		return a
-	}
 	r.f.produce("market", oldP, 1000, s, tickJSON(s, 1))
 	r.f.produce("market", oldP, 3000, s, tickJSON(s, 3)) // a producer that still used the old count
-	r.w.Assigned(context.Background(), all(1, 2))
+	r.w.Assigned(context.Background(), allTasks(1, 2))
 	waitFor(t, "the tasks restored", func() bool { st := r.w.stateTask(oldP); return st != nil && st.isRestored() })
-	r.w.Assigned(context.Background(), all(2, 3))
+	r.w.Assigned(context.Background(), allTasks(2, 3))
 	r.f.produce("market", newP, 2000, s, tickJSON(s, 2))
 	for _, n := range []struct {
 		id string
@@ -78,4 +72,76 @@ func TestLookupAcrossPartitionChange(t *testing.T) {
 	if parts, past := w2.lastParts, w2.pastParts; parts != 3 || !slices.Equal(past, []int{2}) {
 		t.Errorf("after a restart: last count %d, past %v; want 3 and [2]", parts, past)
 	}
+}
+
+// metaFetcher is a fakeFetcher with partition counts (Metadata), as a
+// *kafka.Client has.
+type metaFetcher struct {
+	*fakeFetcher
+	mu     sync.Mutex
+	counts int
+}
+
+func (f *metaFetcher) setCount(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts = n
+}
+
+func (f *metaFetcher) Metadata(_ context.Context, req *kafka.MetadataRequest) (*kafka.MetadataResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	res := &kafka.MetadataResponse{}
+	for _, name := range req.Topics {
+		res.Topics = append(res.Topics, kafka.Topic{Name: name, Partitions: make([]kafka.Partition, f.counts)})
+	}
+	return res, nil
+}
+
+// TestJoinsWaitForTheReplan: both topics grew from 2 to 3 partitions and
+// producers switched one by one: a tick of a moved symbol was written with
+// the new count (to its new partition) before a notification of it
+// written with the old one. Looked up under the old count alone, the
+// notification would get the older price; seen the growth, the worker
+// joins nothing until the group replans, then the exact price.
+func TestJoinsWaitForTheReplan(t *testing.T) {
+	var mf *metaFetcher
+	r := newFakeRig(t, func(c *Config) {
+		mf = &metaFetcher{fakeFetcher: c.Client.(*fakeFetcher), counts: 2}
+		c.Client = mf
+		c.StallTimeout = 200 * time.Millisecond // the growth is checked every 50ms
+	})
+	s := movedSymbol(t, 2, 3)
+	oldP, newP := SymbolTask(s, 2), SymbolTask(s, 3)
+	r.f.produce("market", oldP, 1000, s, tickJSON(s, 1))
+	r.w.Assigned(context.Background(), allTasks(1, 2))
+	waitFor(t, "the tasks restored", func() bool { st := r.w.stateTask(oldP); return st != nil && st.isRestored() })
+	mf.setCount(3)
+	waitFor(t, "the growth seen", func() bool { return r.w.repartitioning(2) })
+	r.f.produce("market", newP, 2000, s, tickJSON(s, 2))
+	r.f.produce("notifications", oldP, 2500, s, noteJSON("n", s))
+	time.Sleep(200 * time.Millisecond)
+	if n := len(r.out.byTopic("alerts")); n != 0 {
+		t.Fatalf("%d alerts joined before the replan", n)
+	}
+	r.w.Assigned(context.Background(), allTasks(2, 3))
+	waitFor(t, "the alert", func() bool { return len(r.out.byTopic("alerts")) == 1 })
+	var a record.Alert
+	if err := json.Unmarshal(r.out.byTopic("alerts")[0].Value, &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Price == nil || *a.Price != 2 || a.PriceTsMs != 2000 {
+		t.Errorf("alert %s: want the price 2 from 2000, written with the new count", r.out.byTopic("alerts")[0].Value)
+	}
+}
+
+// allTasks is generation gen's assignment of every one of n tasks, merged.
+func allTasks(gen int32, n int) group.Assignment {
+	ps := make([]int, n)
+	for i := range ps {
+		ps[i] = i
+	}
+	a := assignment(gen, ps, ps)
+	a.Partitions = n
+	return a
 }

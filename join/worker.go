@@ -166,6 +166,9 @@ type Processor struct {
 	// membership.
 	lastParts int
 	pastParts []int
+	// grownFrom is the partition count of the current plan once both
+	// input topics were seen with more (checkGrowth), else 0.
+	grownFrom atomic.Int64
 	cancels   map[any]context.CancelFunc
 	tasks     sync.WaitGroup
 
