@@ -84,31 +84,55 @@ func (w *Processor) checkProgress(ctx context.Context, now time.Time) {
 		procs = append(procs, t)
 	}
 	w.mu.RUnlock()
+	lctx, cancel := context.WithTimeout(ctx, w.progressInterval())
+	defer cancel()
+	// The positions first, then the ends of all their partitions in one
+	// request.
+	var (
+		tasks []*processTask
+		pos   []int64
+		req   []kafka.OffsetRequest
+	)
 	for _, t := range procs {
-		lctx, cancel := context.WithTimeout(ctx, w.progressInterval())
-		pos, ok, err := t.position(lctx)
+		p, ok, err := t.position(lctx)
 		if !ok {
-			cancel()
 			if err != nil && ctx.Err() == nil {
 				w.metrics.FetchErrors.Inc()
 			}
 			continue // not processing yet (restoring: /readyz says so)
 		}
-		end, err := listOffset(lctx, w.cfg.Client, w.cfg.Topics.Notifications, t.p, kafka.LastOffset)
-		cancel()
+		tasks, pos = append(tasks, t), append(pos, p)
+		req = append(req, kafka.OffsetRequest{Partition: t.p, Timestamp: kafka.LastOffset})
+	}
+	if len(tasks) == 0 {
+		return
+	}
+	ends := map[int]int64{}
+	topic := w.cfg.Topics.Notifications
+	res, err := w.cfg.Client.ListOffsets(lctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}})
+	if err == nil {
+		for _, po := range res.Topics[topic] {
+			if po.Error == nil {
+				ends[po.Partition] = po.LastOffset
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	for i, t := range tasks {
+		end, ok := ends[t.p]
 		switch {
-		case err == nil:
+		case ok:
 			t.prog.end = end
-		case ctx.Err() != nil:
-			return
+		case !t.prog.init:
+			w.metrics.FetchErrors.Inc()
+			continue
 		default:
 			w.metrics.FetchErrors.Inc()
-			if !t.prog.init {
-				continue
-			}
 			end = t.prog.end // the last one known; the task cannot read either
 		}
-		lag := max(end-pos, 0)
+		lag := max(end-pos[i], 0)
 		w.mu.RLock()
 		current := w.procs[t.p] == t
 		if current {
@@ -116,7 +140,7 @@ func (w *Processor) checkProgress(ctx context.Context, now time.Time) {
 		}
 		w.mu.RUnlock()
 		if current {
-			t.observeProgress(pos, lag, now)
+			t.observeProgress(pos[i], lag, now)
 		}
 	}
 }
