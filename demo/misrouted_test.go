@@ -20,7 +20,7 @@ import (
 func TestMisroutedNotifications(t *testing.T) {
 	f, topics := oracleFleet(t)
 	b := f.Broker
-	cfg := oracle.Config{Rounds: 100, TicksPerRound: 60, NotificationsPerRound: 300, RoundInterval: 50 * time.Millisecond, Misrouted: 0.05}
+	cfg := oracle.Config{Rounds: 100, TicksPerRound: 12, NotificationsPerRound: 300, RoundInterval: 50 * time.Millisecond, Misrouted: 0.05}
 	p := oracle.NewProducer(b.Addrs, nil, topics, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
