@@ -147,8 +147,10 @@ type Manager struct {
 	open   map[int]*Store // a nil value marks a task being opened
 }
 
-// Open validates opts, creates <dir>/<group> in every state dir and
-// allocates the shared block cache. Close the Manager to release it.
+// Open validates opts, creates <dir>/<group> in every state dir, checks
+// that it can be written and fsynced and locks it (check.go: a dir that
+// cannot be used fails Open, naming the dir and the errno), and allocates
+// the shared block cache. Close the Manager to release it.
 func Open(opts Options) (*Manager, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -182,15 +184,9 @@ func Open(opts Options) (*Manager, error) {
 		u, err := m.fs.GetDiskUsage(dir)
 		return u.AvailBytes, err
 	}
-	for _, d := range opts.Dirs {
-		if err := m.fs.MkdirAll(m.groupDir(d), 0o755); err != nil {
-			if readOnly(err) { // its tasks fail over (unusable.go), the worker stays up
-				m.log.Warn("statestore: a state dir is read-only; its task stores will fail and be placed elsewhere or released",
-					"dir", m.groupDir(d), "err", err)
-				continue
-			}
-			return nil, fmt.Errorf("statestore: create %s: %w (check that the state dir exists and is writable)",
-				m.groupDir(d), err)
+	for _, d := range opts.Dirs { // fail at start on a dir that cannot be used (check.go)
+		if err := checkDir(m.fs, m.groupDir(d)); err != nil {
+			return nil, err
 		}
 	}
 	if err := m.lockGroupDirs(); err != nil {

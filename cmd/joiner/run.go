@@ -88,6 +88,9 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	cfg.Logger = log
 	cfg.PeerCAFile = cmp.Or(httpCAFile, sec.CAFile)
 
+	if err := statestore.CheckDirs(cfg.StateDirs, cfg.Group); err != nil {
+		return fs.fail(1, err) // at once, before Kafka: the worker could run no task
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tr, err := sec.ConnectOrWait(ctx, cfg.Brokers, log)
