@@ -276,7 +276,7 @@ func (f erofsFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) 
 // the errno (issue: a worker whose state dir was read-only never exited).
 func TestOpenFailsOnUnusableStateDir(t *testing.T) {
 	for _, fs := range []erofsFS{
-		{FS: vfs.NewMem(), prefix: "/ro"},           // cannot even create the group dir
+		{FS: vfs.NewMem(), prefix: "/ro"},          // cannot even create the group dir
 		{FS: vfs.NewMem(), prefix: "/ro/joiner/."}, // the group dir exists, files cannot be written
 	} {
 		_, err := Open(Options{Dirs: []string{"/rw", "/ro"}, Group: "joiner", FS: fs, Logger: quiet})
