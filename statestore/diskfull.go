@@ -185,7 +185,9 @@ func (f *faultFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vf
 
 func (f *faultFS) Link(oldname, newname string) error { return f.check(f.FS.Link(oldname, newname)) }
 
-func (f *faultFS) Rename(oldname, newname string) error { return f.check(f.FS.Rename(oldname, newname)) }
+func (f *faultFS) Rename(oldname, newname string) error {
+	return f.check(f.FS.Rename(oldname, newname))
+}
 
 func (f *faultFS) MkdirAll(dir string, perm os.FileMode) error {
 	return f.check(f.FS.MkdirAll(dir, perm))
