@@ -424,7 +424,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 			delete(kept, p)
 			return s, nil
 		}
-		return w.openStore(p)
+		return w.openStore(ctx, p)
 	}
 	w.mu.RLock()
 	for _, p := range wantState {
@@ -635,8 +635,10 @@ func (w *Processor) shuttingDown() bool {
 // pauseTimeout bounds how long a rebalance waits for batches in flight.
 const pauseTimeout = 5 * time.Second
 
-func (w *Processor) openStore(p int) (*statestore.Store, error) {
-	return w.cfg.Stores.OpenTask(p) // rebuilds are counted by the Manager (faults.go)
+// openStore opens the store of p, giving up when ctx ends (a signal while
+// Pebble hangs on a full disk must still stop the worker).
+func (w *Processor) openStore(ctx context.Context, p int) (*statestore.Store, error) {
+	return w.cfg.Stores.OpenTaskContext(ctx, p) // rebuilds are counted by the Manager (faults.go)
 }
 
 func (w *Processor) startTask(key any, run func(context.Context)) {
