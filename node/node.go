@@ -75,6 +75,14 @@ type Config struct {
 	// CorruptRetention is how long moved-aside task stores are kept.
 	// Default: statestore.DefaultCorruptRetention.
 	CorruptRetention time.Duration
+	// MinFreeBytes is the free space a state dir needs before a task
+	// store opens there; below it the task fails here and is released.
+	// Default: statestore.DefaultMinFreeBytes; negative: no check.
+	MinFreeBytes int64
+	// StoreOpenTimeout bounds the open of a task store (Pebble's WAL
+	// replay); one that does not return in time fails the task here.
+	// Default: statestore.DefaultOpenTimeout.
+	StoreOpenTimeout time.Duration
 	// StoreFS is the filesystem of the task stores. Default: the OS's.
 	// Tests inject faults with it.
 	StoreFS vfs.FS
@@ -194,6 +202,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 		InstanceID:       cfg.InstanceID,
 		CorruptRetention: cfg.CorruptRetention,
+		MinFreeBytes:     cfg.MinFreeBytes,
+		OpenTimeout:      cfg.StoreOpenTimeout,
 		FS:               cfg.StoreFS,
 	})
 	if err != nil {
@@ -289,9 +299,15 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 
 // Run serves HTTP and runs the worker until ctx is done, then leaves the
 // group, stops the tasks and closes everything. It owns every goroutine it
-// starts and waits for them.
-func (n *Node) Run(ctx context.Context) error {
-	defer n.Close()
+// starts and waits for them. A task store open that never returned (a
+// full or failing disk) makes it return statestore.ErrOpenStuck: the
+// process should exit 1.
+func (n *Node) Run(ctx context.Context) (err error) {
+	defer func() {
+		if cerr := n.close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	srv := &http.Server{Handler: n.peer.handler(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
 	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
 	serve := srv.Serve
@@ -308,7 +324,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}()
 	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group,
 		"http_tls", httpTLS, "peer_token", n.peer.token != nil)
-	err := n.worker.Run(ctx, n.member)
+	err = n.worker.Run(ctx, n.member)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
@@ -319,6 +335,15 @@ func (n *Node) Run(ctx context.Context) error {
 
 // Close releases what New opened. Run calls it.
 func (n *Node) Close() {
+	if err := n.close(); err != nil {
+		n.log.Error("closing the node", "err", err)
+	}
+}
+
+// close releases what New opened. It returns the stores' error when a
+// task store open never returned (statestore.ErrOpenStuck); other close
+// errors are logged.
+func (n *Node) close() error {
 	if n.listener != nil {
 		_ = n.listener.Close()
 	}
@@ -326,8 +351,13 @@ func (n *Node) Close() {
 		_ = n.writer.Close()
 	}
 	if n.stores != nil {
-		if err := n.stores.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {
+		err := n.stores.Close()
+		if errors.Is(err, statestore.ErrOpenStuck) {
+			return err
+		}
+		if err != nil && !errors.Is(err, statestore.ErrClosed) {
 			n.log.Warn("closing stores", "err", err)
 		}
 	}
+	return nil
 }

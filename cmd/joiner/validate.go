@@ -136,6 +136,8 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
 	c.positiveDuration("corrupt-retention", cfg.CorruptRetention)
+	c.nonNegative("state-min-free-bytes", cfg.MinFreeBytes)
+	c.positiveDuration("state-open-timeout", cfg.StoreOpenTimeout)
 	c.oneOf("start-offset", cfg.StartOffset, join.StartEarliest, join.StartLatest)
 	return c.err()
 }
