@@ -14,9 +14,12 @@ import (
 // checks its state dir when it starts: <dir>/<group> is created, a probe
 // file is created in it, written, fsynced and removed, and the group's lock
 // (lock.go) is taken. A dir that fails any step fails Open, and so the
-// worker's start (exit 1), naming the dir and the errno. Faults that appear
-// later (a dir that turns read-only, a disk that fills) stay per task: the
-// task's store fails and the task is released (join/restore_faults.go).
+// worker's start (exit 1), naming the dir and the errno. A full disk
+// (ENOSPC, EDQUOT) does not: it is a WARN, and the stores placed there fail
+// their free-space check (diskfull.go), so their tasks move to other
+// members while the dir stays full. Faults that appear later (a dir that
+// turns read-only, a disk that fills) stay per task: the task's store
+// fails and the task is released (join/restore_faults.go).
 
 // probeName is the probe file written into each group dir at Open.
 const probeName = ".joiner-probe"
@@ -89,10 +92,11 @@ var errnoNames = map[syscall.Errno]string{
 
 // CheckDirs checks every state dir as Open does, on the OS's filesystem,
 // without taking the locks: `joiner run` calls it first, so that an
-// unusable state dir fails the start at once, before Kafka is reached.
+// unusable state dir fails the start at once, before Kafka is reached. A
+// full disk is no error (Open warns of it).
 func CheckDirs(dirs []string, group string) error {
 	for _, d := range dirs {
-		if err := checkDir(vfs.Default, vfs.Default.PathJoin(d, group)); err != nil {
+		if err := checkDir(vfs.Default, vfs.Default.PathJoin(d, group)); err != nil && !IsDiskFull(err) {
 			return err
 		}
 	}

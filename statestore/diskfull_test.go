@@ -374,3 +374,25 @@ func (w *lockedBuffer) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// createFullFS refuses to create files under prefix with ENOSPC.
+type createFullFS struct {
+	vfs.FS
+	prefix string
+}
+
+func (f createFullFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if strings.HasPrefix(name, f.prefix) {
+		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.ENOSPC}
+	}
+	return f.FS.Create(name, c)
+}
+
+// A full state dir at start is not an unusable one: Open goes on (its
+// tasks fail their free-space check and move), unlike a read-only dir.
+func TestOpenGoesOnWithAFullStateDir(t *testing.T) {
+	m := openManager(t, Options{Dirs: []string{"/full", "/ok"}, FS: createFullFS{FS: vfs.NewMem(), prefix: "/full"}, Placement: PlacementTasks})
+	if m == nil {
+		t.Fatal("no Manager")
+	}
+}

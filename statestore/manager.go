@@ -214,7 +214,10 @@ func Open(opts Options) (*Manager, error) {
 	}
 	m.availBytes = m.freeBytes
 	for _, d := range opts.Dirs { // fail at start on a dir that cannot be used (check.go)
-		if err := checkDir(m.fs, m.groupDir(d)); err != nil {
+		if err := checkDir(m.fs, m.groupDir(d)); IsDiskFull(err) {
+			m.log.Warn("statestore: a state dir is full; the tasks placed there fail on this worker and move to others until space is freed",
+				"dir", m.groupDir(d), "err", err)
+		} else if err != nil {
 			return nil, err
 		}
 	}
