@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,10 @@ func TestRunStopsWhileAStoreOpenHangs(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no task store open started within 30s")
 	}
+	// Given up on (a short OpenTimeout would do the same): /healthz then
+	// says so, since only a restart cleans the open up.
+	n.stores.OpenTaskContext(cancelled(), 1)
+	waitHealthz(t, n, http.StatusServiceUnavailable)
 	began := time.Now()
 	cancel()
 	select {
@@ -69,4 +74,27 @@ func TestRunStopsWhileAStoreOpenHangs(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return within 30s of the stop while a store open hangs")
 	}
+}
+
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// waitHealthz waits up to 10s for the node's /healthz to answer code.
+func waitHealthz(t *testing.T, n *Node, code int) {
+	t.Helper()
+	var got int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r, err := http.Get("http://" + n.Addr() + "/healthz")
+		if err != nil {
+			continue
+		}
+		r.Body.Close()
+		if got = r.StatusCode; got == code {
+			return
+		}
+	}
+	t.Errorf("/healthz answers %d, want %d", got, code)
 }

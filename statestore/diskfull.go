@@ -333,6 +333,15 @@ func panicError(r any) error {
 	return fmt.Errorf("%v", r)
 }
 
+// StuckOpens is the number of abandoned store opens that have not returned
+// yet: the process cannot clean them up and should be restarted (the
+// worker's /healthz fails while it is above 0).
+func (m *Manager) StuckOpens() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.stuck)
+}
+
 // waitOpens waits up to closeWait for the goroutines of abandoned opens.
 func (m *Manager) waitOpens() error {
 	done := make(chan struct{})

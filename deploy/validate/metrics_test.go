@@ -44,6 +44,7 @@ var exported = map[string]string{
 	"joiner_group_plan_errors":         "gauge",
 	"joiner_group_unpaired_partitions": "gauge",
 	"joiner_store_corrupt_dirs":        "gauge",
+	"joiner_store_opens_stuck":         "gauge",
 	"joiner_offset_resets_total":       "counter",
 
 	// Rebalances and standbys (issue 9).
