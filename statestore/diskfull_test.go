@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -394,5 +396,39 @@ func TestOpenGoesOnWithAFullStateDir(t *testing.T) {
 	m := openManager(t, Options{Dirs: []string{"/full", "/ok"}, FS: createFullFS{FS: vfs.NewMem(), prefix: "/full"}, Placement: PlacementTasks})
 	if m == nil {
 		t.Fatal("no Manager")
+	}
+}
+
+// On the OS's filesystem, a full tmpfs at the first start (no room, and no
+// inode even for the lock file) is a WARN too, and its stores fail their free-space
+// check. Needs root to mount the tmpfs; skipped otherwise.
+func TestOpenOnAFullTmpfs(t *testing.T) {
+	dir := t.TempDir()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	// Three inodes: the root, the filler and the group dir; the lock
+	// file finds none.
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=3", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for buf := make([]byte, 64<<10); ; {
+		if _, err := f.Write(buf); err != nil {
+			break
+		}
+	}
+	f.Close()
+	m, err := Open(Options{Dirs: []string{dir}, Group: "g", Logger: quiet, CacheBytes: 1 << 20, MinFreeBytes: 1})
+	if err != nil {
+		t.Fatalf("Open on a full tmpfs: %v, want a WARN only", err)
+	}
+	defer m.Close()
+	if _, err := m.OpenTask(0); !IsDiskFull(err) {
+		t.Errorf("OpenTask on a full tmpfs: %v, want a disk-full error", err)
 	}
 }

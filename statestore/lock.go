@@ -33,6 +33,11 @@ func (m *Manager) lockGroupDirs() error {
 	}
 	for _, d := range m.opts.Dirs {
 		l, err := lockDir(m.groupDir(d), m.opts.InstanceID)
+		if IsDiskFull(err) { // no lock file on a full disk: no store opens there either (diskfull.go)
+			m.log.Warn("statestore: cannot create the lock file of a full state dir; no task store opens there until space is freed",
+				"dir", m.groupDir(d), "err", err)
+			continue
+		}
 		if err != nil {
 			m.unlockGroupDirs()
 			return err
