@@ -94,7 +94,17 @@ const (
 	ReasonWrongType    = "wrong_type"
 	ReasonOversized    = "oversized"
 	ReasonInvalidValue = "invalid_value"
+	// ReasonAlertTooLarge: the alert of a notification is larger than the
+	// alerts topic's max.message.bytes; the dead letter holds the alert.
+	ReasonAlertTooLarge = "alert_too_large"
+	// ReasonAlertRejected: the alerts topic refused the alert of a
+	// notification as an invalid record; the dead letter holds the alert.
+	ReasonAlertRejected = "alert_rejected"
 )
+
+// Reasons lists every dead-letter reason.
+var Reasons = []string{ReasonInvalidJSON, ReasonMissingField, ReasonWrongType, ReasonOversized, ReasonInvalidValue,
+	ReasonAlertTooLarge, ReasonAlertRejected}
 
 // DefaultMaxRecordBytes bounds the value of an input record.
 const DefaultMaxRecordBytes = 64 << 10

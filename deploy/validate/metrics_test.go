@@ -51,6 +51,11 @@ var exported = map[string]string{
 	"joiner_rebalance_tasks_revoked_total":  "counter",
 	"joiner_rebalance_tasks_assigned_total": "counter",
 	"joiner_standby_lag_records":            "gauge",
+
+	// Records the output topics cannot take (issue 19).
+	"joiner_dead_letters_truncated_total": "counter",
+	"joiner_dead_letters_dropped_total":   "counter",
+	"joiner_output_blocked":               "gauge",
 }
 
 var (
