@@ -136,7 +136,11 @@ func TestIntegrationRecordAtSizeLimit(t *testing.T) {
 	for _, id := range ids {
 		a, _ := c.alerts.alert(id)
 		if a.Price == nil || *a.Price != want[id] || a.Result != record.ResultLocal {
-			t.Errorf("alert of %s: %+v, want the local price %v", id, a, want[id])
+			got := "none"
+			if a.Price != nil {
+				got = fmt.Sprint(*a.Price)
+			}
+			t.Errorf("alert of %s: %s price %s, want the local price %v", id, a.Result, got, want[id])
 		}
 	}
 	for _, id := range bigIDs {

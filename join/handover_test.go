@@ -158,7 +158,7 @@ func TestStandbyTask(t *testing.T) {
 	ctx := context.Background()
 	s1 := symbolOf(t, 1, 2)
 	for i := range 4 {
-		r.f.produce("market", 1, int64(1000+i), s1, tickJSON(s1, float64(i)))
+		r.f.produce("market", 1, int64(1000+i), s1, tickJSON(s1, float64(i)+0.5)) // a price is greater than zero
 	}
 	r.f.produce("market", 1, 1004, s1, `{"not a tick"`)
 	r.f.produce("notifications", 1, 5000, s1, noteJSON("n1", s1))
