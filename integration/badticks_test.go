@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -60,22 +59,7 @@ func TestIntegrationBadTicks(t *testing.T) {
 		add(c.notifs, sym, base+3000, string(record.AppendNotification(nil, &record.Notification{ID: "b-" + sym, Symbol: sym})))
 		want["b-"+sym], ids = p2, append(ids, "b-"+sym)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := c.writer.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	c.waitAlerts(ids, 90*time.Second)
-	for _, id := range ids {
-		a, _ := c.alerts.alert(id)
-		if a.Price == nil || *a.Price != want[id] || a.Result != record.ResultLocal {
-			got := "none"
-			if a.Price != nil {
-				got = fmt.Sprint(*a.Price)
-			}
-			t.Errorf("alert of %s: %s price %s, want the local price %v", id, a.Result, got, want[id])
-		}
-	}
+	c.writeAndCheckExact(msgs, ids, want)
 	c.waitCaughtUp(60 * time.Second)
 	total := 0
 	for _, n := range wantDead {

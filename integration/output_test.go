@@ -69,6 +69,25 @@ func (d *deadLetterReader) byReason(reason string) []deadLetter {
 	return out
 }
 
+// writeAndCheckExact writes msgs, waits for the alert of every
+// notification of ids and checks that each is local with the price want
+// gives its id (the price as of its time).
+func (c *cluster) writeAndCheckExact(msgs []kafka.Message, ids []string, want map[string]float64) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.writer.WriteMessages(ctx, msgs...); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitAlerts(ids, 90*time.Second)
+	for _, id := range ids {
+		a, _ := c.alerts.alert(id)
+		if a.Price == nil || *a.Price != want[id] || a.Result != record.ResultLocal {
+			c.t.Errorf("alert of %s: %s, price %s; want the local price %v", id, a.Result, fmtPrice(a.Price), want[id])
+		}
+	}
+}
+
 func recordHeader(r kafka.Record, key string) (string, bool) {
 	for _, h := range r.Headers {
 		if h.Key == key {
@@ -126,23 +145,7 @@ func TestIntegrationRecordAtSizeLimit(t *testing.T) {
 		add(c.market, sym, base+3000, record.AppendTick(nil, record.Tick{Symbol: sym, Price: p2}))
 		note("c-"+sym, sym, base+4000, p2)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := c.writer.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-
-	c.waitAlerts(ids, 90*time.Second)
-	for _, id := range ids {
-		a, _ := c.alerts.alert(id)
-		if a.Price == nil || *a.Price != want[id] || a.Result != record.ResultLocal {
-			got := "none"
-			if a.Price != nil {
-				got = fmt.Sprint(*a.Price)
-			}
-			t.Errorf("alert of %s: %s price %s, want the local price %v", id, a.Result, got, want[id])
-		}
-	}
+	c.writeAndCheckExact(msgs, ids, want)
 	for _, id := range bigIDs {
 		if _, ok := c.alerts.alert(id); ok {
 			t.Errorf("notification %s has an alert larger than the topic's limit", id)

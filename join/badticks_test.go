@@ -177,12 +177,7 @@ func TestStandbyStoresNoBadTicks(t *testing.T) {
 	badTicks(t, r.f, 1100, s0, s1)
 	r.f.produce("market", 0, 2000, s0, tickJSON(s0, 12.5))
 	r.w.Assigned(context.Background(), withStandby(assignment(1, []int{1}, []int{1}), []int{0}, nil))
-	r.w.mu.RLock()
-	sb := r.w.standbys[0]
-	r.w.mu.RUnlock()
-	if sb == nil {
-		t.Fatal("no standby of task 0")
-	}
+	sb := r.standby(t, 0)
 	waitFor(t, "the standby to read market-0", func() bool { return sb.appliedOffset() == 9 })
 	for sym, want := range map[string][]float64{s0: {12.5, 10.5}, s1: nil} {
 		h, err := sb.store.History(sym)
