@@ -133,7 +133,8 @@ func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []
 
 // outScratch is the message slice of one writer (the outbox), reused from
 // write to write: kafka-go does not hold a message once WriteMessages has
-// returned; notes are what writeOutWith knows of each message.
+// returned; notes are what writeOutWith knows of each message (none while
+// every message is an alert that fits: the usual write).
 type outScratch struct {
 	msgs  []kafka.Message
 	notes []outNote
@@ -216,7 +217,15 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 		}
 	}
 	alerts := len(msgs)
-	notes = slices.Grow(notes, len(msgs)+len(dead))[:len(msgs)]
+	// needNotes gives every message its note, once one needs it.
+	needNotes := func() {
+		if len(notes) < len(msgs) {
+			notes = slices.Grow(notes, len(msgs))[:len(msgs)]
+		}
+	}
+	if len(dead) > 0 {
+		notes = slices.Grow(notes, len(msgs)+len(dead))[:len(msgs)]
+	}
 	for _, d := range dead {
 		source := fmt.Sprintf("%s/%d/%d", d.topic, d.partition, d.rec.Offset)
 		msgs = append(msgs, kafka.Message{
@@ -239,8 +248,14 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 	// of msgs at the indexes in at.
 	send, at := msgs, []int(nil)
 	dropped := false
+	alertLimit, deadLimit := w.maxMessageBytes(topic), w.maxMessageBytes(w.cfg.Topics.DeadLetter)
 	for i := range msgs {
-		if limit := w.maxMessageBytes(msgs[i].Topic); produce.RecordBatchBytes(&msgs[i]) > limit {
+		limit := alertLimit
+		if i >= alerts {
+			limit = deadLimit
+		}
+		if produce.RecordBatchBytes(&msgs[i]) > limit {
+			needNotes()
 			dropped = !w.refuse(msgs, notes, i, alerts, task, batches, nil) || dropped
 		}
 	}
@@ -272,6 +287,7 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 			// Every other message was written: send the refused ones
 			// again, changed, or not at all.
 			var again []int
+			needNotes()
 			for _, r := range rej.Rejected {
 				i := r.Index
 				if at != nil {
