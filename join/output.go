@@ -339,7 +339,7 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 		if n.truncated {
 			w.metrics.DeadLettersTruncated.WithLabelValues(n.reason).Inc()
 		}
-		w.outLog.Warn(n.reason+"/"+n.topic, "dead-lettered a malformed record (one line per reason and topic per interval; joiner_dead_letters_total counts each)",
+		w.outLog.Warn(n.reason+"/"+n.topic, "dead-lettered records (one line per reason and topic per interval, with the count suppressed since the last; joiner_dead_letters_total counts each)",
 			"topic", n.topic, "source", n.source, "reason", n.reason, "err", n.err, "truncated", n.truncated)
 	}
 	return rerouted, nil
