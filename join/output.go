@@ -248,6 +248,12 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 	// of msgs at the indexes in at.
 	send, at := msgs, []int(nil)
 	dropped := false
+	blocked := false // this write counts in w.outBlocked
+	defer func() {
+		if blocked {
+			w.unblockOutput()
+		}
+	}()
 	alertLimit, deadLimit := w.maxMessageBytes(topic), w.maxMessageBytes(w.cfg.Topics.DeadLetter)
 	for i := range msgs {
 		limit := alertLimit
@@ -308,7 +314,8 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 		}
 		w.metrics.ProduceErrors.Inc()
 		if produce.ConfigError(err) {
-			w.setOutputFault(err)
+			w.blockOutput(err, !blocked)
+			blocked = true
 			w.outLog.Error("output:config", "writing alerts or dead letters fails with an error no retry fixes; this task holds until the cluster or the worker's configuration is fixed (/readyz fails meanwhile)",
 				"alerts", alerts, "dead_letters", len(dead), "err", err)
 		} else {
@@ -319,7 +326,6 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 		}
 		attempt++
 	}
-	w.setOutputFault(nil)
 	rerouted := 0
 	for i := range notes {
 		n := &notes[i]
@@ -436,19 +442,37 @@ func alertOffset(batches []*encoded, i int) int64 {
 	return -1
 }
 
-// setOutputFault records err, the error no retry fixes that writes fail
-// with (nil: writes succeed), for /readyz and joiner_output_blocked.
-func (w *Processor) setOutputFault(err error) {
-	if err == nil {
-		if w.outFault.Load() != nil {
-			w.outFault.Store(nil)
-			w.metrics.OutputBlocked.Set(0)
-		}
-		return
-	}
+// blockOutput records err, an error no retry fixes that a write fails
+// with, for /readyz and joiner_output_blocked; first: the write was not
+// blocked before. Each write blocked counts until it ends
+// (unblockOutput), so one task's write that succeeds does not hide
+// another's that cannot.
+func (w *Processor) blockOutput(err error, first bool) {
 	why := "writing alerts or dead letters fails: " + err.Error()
-	w.outFault.Store(&why)
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	w.outFault = why
+	if first {
+		w.outBlocked++
+	}
 	w.metrics.OutputBlocked.Set(1)
+}
+
+// unblockOutput ends a blocked write (blockOutput).
+func (w *Processor) unblockOutput() {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	if w.outBlocked--; w.outBlocked == 0 {
+		w.outFault = ""
+		w.metrics.OutputBlocked.Set(0)
+	}
+}
+
+// outputFault is why writes are blocked, "" when none is.
+func (w *Processor) outputFault() string {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	return w.outFault
 }
 
 // flush writes encoded alerts and dead letters, waits for Kafka to

@@ -187,3 +187,21 @@ func TestOutputConfigErrorFailsReadiness(t *testing.T) {
 		t.Errorf("joiner_output_blocked = %v after a write succeeded, want 0", v)
 	}
 }
+
+// Two tasks' writes blocked by a config error: the first to end does not
+// clear the fault while the other still cannot write.
+func TestOutputFaultLastsWhileAnyWriteIsBlocked(t *testing.T) {
+	r := newFakeRig(t)
+	err := fmt.Errorf("writing 1 messages to joiner-dead-letters-0: %w", kafka.TopicAuthorizationFailed)
+	r.w.blockOutput(err, true)
+	r.w.blockOutput(err, true)
+	r.w.blockOutput(err, false) // the first write again
+	r.w.unblockOutput()
+	if why := r.w.outputFault(); !strings.Contains(why, "Topic Authorization Failed") || gaugeValue(t, r.w.metrics.OutputBlocked) != 1 {
+		t.Fatalf("fault %q with one write still blocked, want it kept", why)
+	}
+	r.w.unblockOutput()
+	if why := r.w.outputFault(); why != "" || gaugeValue(t, r.w.metrics.OutputBlocked) != 0 {
+		t.Fatalf("fault %q after every write ended, want none", why)
+	}
+}

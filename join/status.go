@@ -33,8 +33,8 @@ func (w *Processor) Ready() (bool, string) {
 	if why := w.faultsLocked(); why != "" {
 		return false, why
 	}
-	if why := w.outFault.Load(); why != nil {
-		return false, *why
+	if why := w.outputFault(); why != "" {
+		return false, why
 	}
 	var waiting []int
 	for p, st := range w.states {

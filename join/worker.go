@@ -150,9 +150,12 @@ type Processor struct {
 	// outLog logs dead letters and output failures, one line per kind
 	// per interval.
 	outLog *lograte.Limiter
-	// outFault is why writes fail with an error no retry fixes, nil while
-	// they do not (/readyz, joiner_output_blocked).
-	outFault atomic.Pointer[string]
+	// outBlocked counts the writes failing with an error no retry fixes,
+	// and outFault is the latest such error (/readyz,
+	// joiner_output_blocked); guarded by outMu.
+	outMu      sync.Mutex
+	outBlocked int
+	outFault   string
 
 	member Membership
 
