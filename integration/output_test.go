@@ -69,15 +69,35 @@ func (d *deadLetterReader) byReason(reason string) []deadLetter {
 	return out
 }
 
-// writeAndCheckExact writes msgs, waits for the alert of every
-// notification of ids and checks that each is local with the price want
+// writeAndCheckExact writes msgs (the market's first), waits for the alert of every
+// notification of ids (if any) and checks that each is local with the price want
 // gives its id (the price as of its time).
 func (c *cluster) writeAndCheckExact(msgs []kafka.Message, ids []string, want map[string]float64) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.writer.WriteMessages(ctx, msgs...); err != nil {
-		c.t.Fatal(err)
+	// The ticks are acknowledged before the first notification is sent
+	// (one write would send both topics' batches at once): each
+	// notification is produced after every tick of its symbol, as the
+	// as-of guarantee needs; the ticks' timestamps order them.
+	var market, rest []kafka.Message
+	for _, m := range msgs {
+		if m.Topic == c.market {
+			market = append(market, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	for _, part := range [][]kafka.Message{market, rest} {
+		if len(part) == 0 {
+			continue
+		}
+		if err := c.writer.WriteMessages(ctx, part...); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	if len(ids) == 0 {
+		return
 	}
 	c.waitAlerts(ids, 90*time.Second)
 	for _, id := range ids {
@@ -190,4 +210,51 @@ func TestIntegrationRecordAtSizeLimit(t *testing.T) {
 	if err != nil || !bytes.Contains(logs, []byte(fmt.Sprintf(`"%s":%d`, c.alertsT, limit))) {
 		t.Errorf("worker w1 did not log the alerts topic's max.message.bytes of %d (%v)", limit, err)
 	}
+}
+
+// TestIntegrationRecordAtDefaultSizeLimit: topics with the broker's
+// default max.message.bytes (1,048,588) and one notification just under
+// it: far over the input limit, so it is dead-lettered, and its dead
+// letter (the value plus three headers) is over the limit too. The
+// partition keeps moving: the dead letter is written truncated with the
+// original size and SHA-256, and the notifications around it are
+// alerted exactly.
+func TestIntegrationRecordAtDefaultSizeLimit(t *testing.T) {
+	c := newCluster(t, partitions)
+	dead := c.readDeadLetters()
+	ws := []*worker{c.start("w1")}
+	c.waitStable(ws, 0, 60*time.Second)
+	const sym = "HUGE"
+	base := time.Now().Add(-time.Minute).UnixMilli()
+	// The notification's record batch is just within the limit (about 80
+	// bytes of record and batch headers), its dead letter's headers are
+	// not.
+	const value = 1_048_588 - 100
+	big := record.AppendNotification(nil, &record.Notification{ID: "huge", Symbol: sym, Text: "x"})
+	big = record.AppendNotification(nil, &record.Notification{ID: "huge", Symbol: sym, Text: strings.Repeat("x", value-len(big)+1)})
+	if len(big) != value {
+		t.Fatalf("notification of %d bytes, want %d", len(big), value)
+	}
+	msgs := []kafka.Message{
+		{Topic: c.market, Key: []byte(sym), Time: time.UnixMilli(base), Value: record.AppendTick(nil, record.Tick{Symbol: sym, Price: 7.5})},
+		{Topic: c.notifs, Key: []byte(sym), Time: time.UnixMilli(base + 1000), Value: record.AppendNotification(nil, &record.Notification{ID: "before", Symbol: sym})},
+		{Topic: c.notifs, Key: []byte(sym), Time: time.UnixMilli(base + 1500), Value: big},
+		{Topic: c.notifs, Key: []byte(sym), Time: time.UnixMilli(base + 2000), Value: record.AppendNotification(nil, &record.Notification{ID: "after", Symbol: sym})},
+	}
+	// One write each: the big one fills a record batch alone.
+	for _, m := range msgs[:3] {
+		c.writeAndCheckExact([]kafka.Message{m}, nil, nil)
+	}
+	c.writeAndCheckExact(msgs[3:], []string{"before", "after"}, map[string]float64{"before": 7.5, "after": 7.5})
+	c.poll("the dead letter", 30*time.Second, func() (bool, string) {
+		return len(dead.byReason(record.ReasonOversized)) == 1, "none yet"
+	})
+	d := dead.byReason(record.ReasonOversized)[0]
+	sum := sha256.Sum256(big)
+	size, _ := recordHeader(d.Record, "joiner-dead-letter-original-size")
+	hash, _ := recordHeader(d.Record, "joiner-dead-letter-original-sha256")
+	if size != strconv.Itoa(len(big)) || hash != hex.EncodeToString(sum[:]) || len(d.value) >= len(big) || !bytes.HasPrefix(big, d.value) {
+		t.Errorf("dead letter: original size %q, SHA-256 %q, %d value bytes; want %d, %x and a truncated prefix", size, hash, len(d.value), len(big), sum)
+	}
+	c.waitCaughtUp(60 * time.Second)
 }
