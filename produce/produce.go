@@ -45,8 +45,9 @@
 // too large for the topic's max.message.bytes (MESSAGE_TOO_LARGE,
 // RECORD_LIST_TOO_LARGE) or is itself invalid (INVALID_RECORD,
 // CORRUPT_MESSAGE, INVALID_TIMESTAMP). Retrying never helps, and refusing
-// the whole batch would refuse its good messages too: Producer sends the
-// messages of such a batch again one by one, and WriteMessages returns a
+// the whole batch would refuse its good messages too: Producer sends such
+// a batch again in halves, splitting each half refused again, and
+// WriteMessages returns a
 // *RejectedError naming only the messages refused alone, when every other
 // message was acknowledged. Config.TopicMaxBytes keeps a batch of small
 // messages within a topic's limit, and RecordBatchBytes lets a caller check
@@ -388,24 +389,26 @@ func (p *Producer) send(ctx context.Context, b *batch) error {
 	return nil
 }
 
-// sendEach writes the messages of b.window one request each, after the
-// broker refused the records of the window (first): the messages it
-// refuses alone go to b.rejected, the others are written. It returns the
-// first other error.
-func (p *Producer) sendEach(ctx context.Context, b *batch, first error) error {
+// sendEach writes the messages of b.window after the broker refused the
+// records of the window (cause): in halves, in order, each half that is
+// refused again split again, so that the messages the broker refuses
+// alone go to b.rejected and the others are written, in a few requests
+// more than the refused ones (a window too large as a whole, each message
+// fitting, ends in halves that fit). It returns the first other error.
+func (p *Producer) sendEach(ctx context.Context, b *batch, cause error) error {
 	window := b.window
 	if len(window) == 1 {
-		b.rejected = append(b.rejected, Rejected{Index: int(window[0]), Err: first})
+		b.rejected = append(b.rejected, Rejected{Index: int(window[0]), Err: cause})
 		return nil
 	}
-	for i := range window {
-		b.window = window[i : i+1]
+	half := len(window) / 2
+	for _, w := range [][]int32{window[:half], window[half:]} {
+		b.window = w
 		err := p.sendRequest(ctx, b)
-		switch {
-		case err == nil:
-		case rejectsRecords(err):
-			b.rejected = append(b.rejected, Rejected{Index: int(window[i]), Err: err})
-		default:
+		if err != nil && rejectsRecords(err) {
+			err = p.sendEach(ctx, b, err)
+		}
+		if err != nil {
 			return err
 		}
 	}

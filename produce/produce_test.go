@@ -491,11 +491,12 @@ func TestWriteMessagesRejectsOnlyTheRecordsTooLarge(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			var oversized atomic.Int64 // record batches sent larger than the limit
+			var oversized, requests atomic.Int64 // record batches sent larger than the limit, and in all
 			c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
 				for _, rt := range req.(*kmsg.ProduceRequest).Topics {
 					for _, rp := range rt.Partitions {
+						requests.Add(1)
 						if len(rp.Records) > 2000 {
 							oversized.Add(1)
 						}
@@ -534,6 +535,9 @@ func TestWriteMessagesRejectsOnlyTheRecordsTooLarge(t *testing.T) {
 			}
 			if len(rej.Rejected) != 1 || rej.Rejected[0].Index != big || !errors.Is(rej.Rejected[0].Err, kafka.MessageSizeTooLarge) {
 				t.Fatalf("rejected %+v, want only message %d with MESSAGE_TOO_LARGE", rej.Rejected, big)
+			}
+			if n := requests.Load(); n >= int64(len(msgs)) {
+				t.Errorf("%d produce requests for %d messages: the refused batches were not split in halves", n, len(msgs))
 			}
 			if n := oversized.Load(); topicMax > 0 && n != 1 {
 				t.Errorf("%d record batches over the topic's limit were sent, want 1 (the large message alone)", n)
