@@ -481,7 +481,7 @@ func TestWriteMessagesSplitsLargeBatches(t *testing.T) {
 // larger. WriteMessages writes every other message, in order, and returns
 // a *RejectedError naming only that one, with or without TopicMaxBytes
 // (without it the partition's batch is refused whole and sent again
-// message by message; with it no batch exceeds the limit).
+// in halves; with it no batch exceeds the limit).
 func TestWriteMessagesRejectsOnlyTheRecordsTooLarge(t *testing.T) {
 	for _, topicMax := range []int{0, 2000} {
 		t.Run(fmt.Sprint("TopicMaxBytes=", topicMax), func(t *testing.T) {
