@@ -221,7 +221,9 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		tasks  []int
 		price  float64
 	)
+	var offs []int64 // of others
 	for _, rec := range recs {
+		e.src = rec.Offset
 		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
 			k := len(e.buf)
 			e.buf = append(e.buf, rec.Key...)
@@ -252,6 +254,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		if t.st == nil || q != t.p {
 			others = append(others, a)
 			tasks = append(tasks, q)
+			offs = append(offs, rec.Offset)
 			continue
 		}
 		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
@@ -268,7 +271,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			e.rollback(mark)
 			return nil, err
 		}
-		e.addAll(w.alerts, others)
+		for i := range others {
+			e.src = offs[i]
+			e.add(w.alerts, &others[i])
+		}
 	}
 	return dead, nil
 }

@@ -759,7 +759,12 @@ func (s *stateTask) applyTicks(ctx context.Context, recs []fetchedRecord, dlqFro
 }
 
 // decodeInto adds recs to d: their ticks, and the malformed ones at or
-// after dlqFrom as dead letters.
+// after dlqFrom as dead letters. It is where every market record is
+// judged, for a restore, a bulk load, the tail of an unmerged or standby
+// task and the merge alike: a tick is stored only if it decodes, its
+// price is a finite number greater than zero, and its record key is its
+// symbol (record.CheckKey; a tick keyed otherwise was written to its
+// key's partition, which may not be its symbol's task).
 func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom int64) {
 	if len(recs) == 0 {
 		return
@@ -776,6 +781,9 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 		// The fetched value is never written again (package fetch), so
 		// the tick's symbol may alias it: the store copies what it keeps.
 		t, err := record.DecodeTickShared(rec.Value, w.cfg.MaxRecordBytes)
+		if err == nil {
+			err = record.CheckKey(rec.Key, t.Symbol)
+		}
 		if err != nil {
 			if rec.Offset >= dlqFrom {
 				d.dead = append(d.dead, newDeadLetter(w.cfg.Topics.Market, s.p, *rec, err))

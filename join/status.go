@@ -33,6 +33,9 @@ func (w *Processor) Ready() (bool, string) {
 	if why := w.faultsLocked(); why != "" {
 		return false, why
 	}
+	if why := w.outputFault(); why != "" {
+		return false, why
+	}
 	var waiting []int
 	for p, st := range w.states {
 		if !st.isRestored() {

@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/internal/lograte"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
@@ -90,6 +91,13 @@ type Config struct {
 	// MaxRecordBytes bounds an input record value; larger ones are
 	// dead-lettered. Default: DefaultMaxRecordBytes.
 	MaxRecordBytes int
+	// MaxMessageBytes are the max.message.bytes of the output topics
+	// (node reads them at start), by topic; a topic it does not name is
+	// taken to allow DefaultMaxMessageBytes. An alert larger than its
+	// topic allows is dead-lettered (record.ReasonAlertTooLarge), a dead
+	// letter larger than its topic allows is truncated (see
+	// Processor.writeOutWith).
+	MaxMessageBytes map[string]int
 	// RemoteTimeout bounds one remote price lookup, retries included.
 	// Default: 5s.
 	RemoteTimeout time.Duration
@@ -139,6 +147,15 @@ type Processor struct {
 	alerts  *record.AlertEncoder // of this worker's alerts
 	reg     *prometheus.Registry // nil when Config.Registerer was given
 	remote  *remoteClient
+	// outLog logs dead letters and output failures, one line per kind
+	// per interval.
+	outLog *lograte.Limiter
+	// outBlocked counts the writes failing with an error no retry fixes,
+	// and outFault is the latest such error (/readyz,
+	// joiner_output_blocked); guarded by outMu.
+	outMu      sync.Mutex
+	outBlocked int
+	outFault   string
 
 	member Membership
 
@@ -229,6 +246,7 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("instance", cfg.InstanceID),
 		alerts:   record.NewAlertEncoder(cfg.InstanceID),
+		outLog:   lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},
 		procs:    map[int]*processTask{},

@@ -224,7 +224,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Alerts and dead letters go through produce.Producer: one Produce
 	// request per partition of each write, no per-message metadata look-up
 	// and no batch timer (kafka.Writer spent 21% of the CPU on them).
-	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport})
+	// Each output topic's max.message.bytes bounds the producer's batches
+	// and is what alerts and dead letters are checked against.
+	maxBytes := OutputMaxBytes(ctx, n.client, cfg.Topics, n.log)
+	n.log.Info("output topics' max.message.bytes", "limits", maxBytes)
+	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport, TopicMaxBytes: maxBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +245,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		CommitInterval:   cfg.CommitInterval,
 		HistoryRetention: cfg.HistoryRetention,
 		BulkRestoreMin:   cfg.BulkRestoreMin,
+		MaxMessageBytes:  maxBytes,
 		HTTPClient:       n.peer.client(),
 		StartOffset:      cfg.StartOffset,
 		Registerer:       n.reg,

@@ -56,6 +56,11 @@ var exported = map[string]string{
 	// (both exported from the first second, while the worker waits).
 	"joiner_build_info":            "gauge",
 	"joiner_startup_retries_total": "counter",
+
+	// Records the output topics cannot take (issue 19).
+	"joiner_dead_letters_truncated_total": "counter",
+	"joiner_dead_letters_dropped_total":   "counter",
+	"joiner_output_blocked":               "gauge",
 }
 
 var (
