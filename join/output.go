@@ -121,6 +121,8 @@ func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []
 // returned.
 type outScratch struct {
 	msgs []kafka.Message
+	// onErr, when set, hears of each failed write (a task's last error).
+	onErr func(error)
 }
 
 // writeOutWith is writeOut of encoded batches, building the messages in s
@@ -167,6 +169,9 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, batches []*
 			return ctx.Err()
 		}
 		w.metrics.ProduceErrors.Inc()
+		if s.onErr != nil {
+			s.onErr(fmt.Errorf("writing %d alerts and %d dead letters: %w", alerts, len(dead), err))
+		}
 		w.log.Warn("writing alerts failed; retrying the batch", "alerts", alerts, "dead_letters", len(dead), "err", err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return err
@@ -204,7 +209,11 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 	for i, n := range counts {
 		if n > 0 {
 			w.metrics.Joins.WithLabelValues(string(record.Results[i])).Add(float64(n))
+			t.counters.joins[i].Add(int64(n))
 		}
+	}
+	if len(dead) > 0 {
+		t.counters.dead.Add(int64(len(dead)))
 	}
 	w.metrics.Alerts.Add(float64(alerts))
 	return nil
@@ -249,7 +258,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup, free 
 	wg.Add(1)
 	go func() {
 		var (
-			scratch outScratch
+			scratch = outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}
 			batches []*encoded
 			dead    []deadLetter
 		)
