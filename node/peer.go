@@ -125,6 +125,7 @@ func (p *peerAuth) handler(next http.Handler) http.Handler {
 			reason = "invalid"
 		}
 		p.rejected.WithLabelValues(reason).Inc()
+		w.Header().Set("WWW-Authenticate", `Bearer realm="joiner"`)
 		if r.URL.Path == "/" && r.Method == http.MethodGet {
 			msg := ""
 			if reason == "invalid" {
@@ -133,7 +134,6 @@ func (p *peerAuth) handler(next http.Handler) http.Handler {
 			statuspage.WriteLogin(w, http.StatusUnauthorized, msg)
 			return
 		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="joiner"`)
 		http.Error(w, "401 unauthorized: "+reason+" peer token; send Authorization: Bearer <the token of --peer-token-file>", http.StatusUnauthorized)
 	})
 }
