@@ -401,3 +401,70 @@ func TestStatusPageWaitingForMarket(t *testing.T) {
 		return len(ts) == 1 && ts[0].State == join.StateRunning
 	})
 }
+
+// TestDemoServe: with Serve, the demo hands over the report and every
+// worker's page, the pages keep answering after the report, and after
+// the run's own timeout has passed, until ctx ends the run.
+func TestDemoServe(t *testing.T) {
+	t.Parallel()
+	cfg := demo.DefaultConfig()
+	cfg.Workers, cfg.Partitions, cfg.Timeout, cfg.Logger = 2, 2, 20*time.Second, testLogger(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type servedPages struct {
+		rep   demo.Report
+		pages []demo.WorkerPage
+	}
+	servedCh := make(chan servedPages, 1)
+	cfg.Serve = func(rep demo.Report, ps []demo.WorkerPage) {
+		servedCh <- servedPages{rep, ps}
+		go func() {
+			time.Sleep(cfg.Timeout + time.Second) // past the run's timeout
+			cancel()
+		}()
+	}
+	type result struct {
+		rep demo.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := demo.Run(ctx, cfg)
+		done <- result{rep, err}
+	}()
+	var served servedPages
+	select {
+	case served = <-servedCh:
+	case r := <-done:
+		t.Fatalf("Run returned before serving: %v", r.err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no report after 60s")
+	}
+	pages := served.pages
+	if len(pages) != 2 {
+		t.Fatalf("%d pages, want 2", len(pages))
+	}
+	time.Sleep(cfg.Timeout) // the run's timeout has passed
+	for _, p := range pages {
+		res, err := http.Get(p.URL + "?refresh=0")
+		if err != nil {
+			t.Fatalf("%s's page %s after the timeout: %v", p.Instance, p.URL, err)
+		}
+		doc, err := html.Parse(res.Body)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := findAll(doc, func(n *html.Node) bool { return attr(n, "id") == "instance" })
+		if res.StatusCode != 200 || len(ids) != 1 || textOf(ids[0]) != p.Instance {
+			t.Errorf("%s's page: %s, instance %v", p.Instance, res.Status, ids)
+		}
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.rep.Alerts != 30 || served.rep.Alerts != 30 {
+		t.Errorf("alerts: %d returned, %d served, want 30", r.rep.Alerts, served.rep.Alerts)
+	}
+}
