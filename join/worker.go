@@ -39,6 +39,7 @@
 //	gate.go      a process task's gate, closed when the task is revoked
 //	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
 //	status.go    readiness, Stats and the assignment view
+//	taskstatus.go  each task's state for the status page, the rebalance history
 //
 // Record formats live in package record, the HTTP API in package httpapi.
 package join

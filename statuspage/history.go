@@ -17,7 +17,7 @@ type Sample struct {
 	NotificationLag int64 `json:"notification_lag"`
 	MarketLag       int64 `json:"market_lag"`
 	// JoinsPerSecond is the task's joins since the previous sample over
-	// the time between them.
+	// the time between them; -1 in a task's first sample.
 	JoinsPerSecond float64 `json:"joins_per_second"`
 }
 
@@ -54,8 +54,10 @@ func (h *history) record(now time.Time, tasks []join.TaskStatus) {
 			h.tasks[t.Task] = r
 		}
 		joins := t.Joins.Total()
-		s := Sample{At: now, NotificationLag: t.NotificationLag, MarketLag: t.MarketLag}
+		// A task's first sample has no rate: nothing to compare with.
+		s := Sample{At: now, NotificationLag: t.NotificationLag, MarketLag: t.MarketLag, JoinsPerSecond: -1}
 		if !r.at.IsZero() {
+			s.JoinsPerSecond = 0
 			d := joins - r.joins
 			if d < 0 { // the task restarted here: its counts did too
 				d = joins

@@ -348,6 +348,14 @@ func TestHistoryRatesAndWindow(t *testing.T) {
 	if s := h.series(4); s[len(s)-1].JoinsPerSecond != 2 {
 		t.Errorf("after a restart the rate is %v, want 2/s", s[len(s)-1].JoinsPerSecond)
 	}
+	if first := h.series(4); len(first) == 0 {
+		t.Fatal("no samples")
+	}
+	h2 := newHistory(6)
+	h2.record(start, []join.TaskStatus{{Task: 1, Joins: join.JoinCounts{Local: 500}}})
+	if s := h2.series(1); len(s) != 1 || s[0].JoinsPerSecond != -1 {
+		t.Errorf("a task's first sample has rate %v, want -1 (unknown)", s)
+	}
 	if len(h.series(5)) != 0 {
 		t.Error("a task never sampled has samples")
 	}
