@@ -28,6 +28,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/internal/htmltest"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
@@ -104,47 +105,11 @@ func getPage(t *testing.T, addr string) *html.Node {
 	return doc
 }
 
-func attr(n *html.Node, key string) string {
-	for _, a := range n.Attr {
-		if a.Key == key {
-			return a.Val
-		}
-	}
-	return ""
-}
-
-// findAll returns the elements under n for which ok holds, in document
-// order.
-func findAll(n *html.Node, ok func(*html.Node) bool) []*html.Node {
-	var out []*html.Node
-	for c := range n.Descendants() {
-		if c.Type == html.ElementNode && ok(c) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// textOf is the visible text under n, whitespace collapsed (script and
-// style left out).
-func textOf(n *html.Node) string {
-	var b strings.Builder
-	var walk func(*html.Node)
-	walk = func(n *html.Node) {
-		if n.Type == html.ElementNode && (n.Data == "script" || n.Data == "style" || n.Data == "title") {
-			return
-		}
-		if n.Type == html.TextNode {
-			b.WriteString(n.Data)
-			b.WriteByte(' ')
-		}
-		for c := n.FirstChild; c != nil; c = c.NextSibling {
-			walk(c)
-		}
-	}
-	walk(n)
-	return strings.Join(strings.Fields(b.String()), " ")
-}
+var (
+	attr    = htmltest.Attr
+	findAll = htmltest.FindAll
+	textOf  = htmltest.Text
+)
 
 // taskRows maps task → its row of the page's task table.
 func taskRows(doc *html.Node) map[int]*html.Node {
@@ -159,7 +124,7 @@ func taskRows(doc *html.Node) map[int]*html.Node {
 }
 
 func cellText(row *html.Node, class string) string {
-	cells := findAll(row, func(n *html.Node) bool { return slices.Contains(strings.Fields(attr(n, "class")), class) })
+	cells := htmltest.ByClass(row, class)
 	if len(cells) == 0 {
 		return ""
 	}

@@ -4,12 +4,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestStatusPageLogin: with a peer token, a browser without it gets the
@@ -17,16 +13,7 @@ import (
 // cookie that opens / and /v1/status but not the peer API, and the token
 // is never in a page, a redirect or the cookie.
 func TestStatusPageLogin(t *testing.T) {
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	p, err := newPeerAuth(Config{PeerTokenFile: tokenFile}, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := p.handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("inner")) }))
+	h, reg := tokenHandler(t)
 	do := func(req *http.Request) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

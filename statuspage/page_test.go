@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/internal/htmltest"
 	"github.com/joiner-dev/joiner/join"
 	"golang.org/x/net/html"
 )
@@ -74,44 +75,13 @@ func parse(t *testing.T, s Status, o pageOptions) *html.Node {
 	return doc
 }
 
-func attr(n *html.Node, key string) string {
-	for _, a := range n.Attr {
-		if a.Key == key {
-			return a.Val
-		}
-	}
-	return ""
-}
-
-func findAll(n *html.Node, ok func(*html.Node) bool) []*html.Node {
-	var out []*html.Node
-	for c := range n.Descendants() {
-		if c.Type == html.ElementNode && ok(c) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func hasClass(n *html.Node, class string) bool {
-	return slices.Contains(strings.Fields(attr(n, "class")), class)
-}
-
-func byClass(n *html.Node, class string) []*html.Node {
-	return findAll(n, func(c *html.Node) bool { return hasClass(c, class) })
-}
-
-// textOf is the visible text under n, whitespace collapsed.
-func textOf(n *html.Node) string {
-	var b strings.Builder
-	for c := range n.Descendants() {
-		if c.Type == html.TextNode && (c.Parent == nil || (c.Parent.Data != "script" && c.Parent.Data != "style" && c.Parent.Data != "title")) {
-			b.WriteString(c.Data)
-			b.WriteByte(' ')
-		}
-	}
-	return strings.Join(strings.Fields(b.String()), " ")
-}
+var (
+	attr     = htmltest.Attr
+	findAll  = htmltest.FindAll
+	hasClass = htmltest.HasClass
+	byClass  = htmltest.ByClass
+	textOf   = htmltest.Text
+)
 
 func cell(t *testing.T, row *html.Node, class string) string {
 	t.Helper()
