@@ -170,6 +170,11 @@ func TestStatusPageInChromium(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The worker's joins are joiner_joins_total's.
+		st := w.Processor().Stats()
+		if got, want := textOf(htmltest.ByID(doc, "joins")), fmt.Sprintf("local %d · remote %d · miss %d · late %d", st.Local, st.Remote, st.Miss, st.Late); got != want {
+			t.Errorf("%s: the page's joins since start are %q, the metrics say %q", name, got, want)
+		}
 		rows := taskRows(doc)
 		for _, ts := range want {
 			row := rows[ts.Task]

@@ -51,7 +51,7 @@ func fixedStatus() Status {
 		GeneratedAt: t0,
 		Worker: Worker{Instance: "w1", Version: "v1.2.3", Commit: "abc123", StartedAt: t0.Add(-time.Hour), UptimeSeconds: 3600,
 			Addr: "127.0.0.1:8080", Group: "joiner", Generation: 7, MemberID: "w1-xyz", Leader: true, Guarantee: join.Guarantee,
-			Ready: false, ReadyReason: "task 6 failed",
+			Ready: false, ReadyReason: "task 6 failed", Joins: join.JoinCounts{Local: 1000, Remote: 20, Miss: 3, Late: 2},
 			StateDirs: []StateDir{{Path: "/var/lib/joiner", FreeBytes: 1 << 30}, {Path: "/mnt/bad", Error: "no such dir"}}},
 		Tasks: []Task{running, restoring, paused, waiting, standby, warmup, failed, starting},
 		Group: Group{Partitions: 2,
@@ -187,7 +187,7 @@ func TestPageShowsEveryRoleAndState(t *testing.T) {
 	// This worker.
 	facts := textOf(findAll(doc, func(n *html.Node) bool { return attr(n, "id") == "worker" })[0])
 	for _, w := range []string{"w1", "v1.2.3 · commit abc123", "1h0m0s", "generation 7", "w1-xyz", "leader yes",
-		"processing guarantee at-least-once", "/var/lib/joiner · 1.0 GiB free", "/mnt/bad · free bytes unknown: no such dir"} {
+		"processing guarantee at-least-once", "joins since start local 1000 · remote 20 · miss 3 · late 2", "/var/lib/joiner · 1.0 GiB free", "/mnt/bad · free bytes unknown: no such dir"} {
 		if !strings.Contains(facts, w) {
 			t.Errorf("this worker's facts %q lack %q", facts, w)
 		}
@@ -235,7 +235,8 @@ type fakeSource struct{ s join.Status }
 
 func (f fakeSource) Status() join.Status { return f.s }
 func (f fakeSource) View() join.AssignmentView {
-	return join.AssignmentView{Instance: "w1", Tasks: []int{0}, StateTasks: []int{0}, StandbyTasks: []int{1}, WarmupTasks: []int{}, FailedTasks: []int{}}
+	return join.AssignmentView{Instance: "w1", Tasks: []int{0}, StateTasks: []int{0}, StandbyTasks: []int{1}, WarmupTasks: []int{}, FailedTasks: []int{},
+		Stats: join.Stats{Local: 9, Remote: 1}}
 }
 
 // TestHandlerServesPageAndJSON: / is the page of the same status that
@@ -262,7 +263,8 @@ func TestHandlerServesPageAndJSON(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatalf("/v1/status: %v: %s", err, rec.Body)
 	}
-	if len(st.Tasks) != 1 || st.Tasks[0].Joins.Local != 5 || st.Worker.Guarantee != "at-least-once" || st.Worker.Group != "g" {
+	if len(st.Tasks) != 1 || st.Tasks[0].Joins.Local != 5 || st.Worker.Guarantee != "at-least-once" || st.Worker.Group != "g" ||
+		st.Worker.Joins != (join.JoinCounts{Local: 9, Remote: 1}) {
 		t.Errorf("/v1/status: %+v", st)
 	}
 	wantGrid := []GroupTask{{Task: 0, Owner: "w1", Roles: []string{"active", "warmup"}}, {Task: 1, Owner: "w2", Roles: []string{"standby", "active"}}}

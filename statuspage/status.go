@@ -57,6 +57,9 @@ type Worker struct {
 	Ready         bool       `json:"ready"`
 	ReadyReason   string     `json:"ready_reason"`
 	StateDirs     []StateDir `json:"state_dirs"`
+	// Joins are the worker's joins since it started, by result: the
+	// values of joiner_joins_total (the tasks' counts restart with them).
+	Joins join.JoinCounts `json:"joins"`
 }
 
 // StateDir is one state dir and its free bytes (Error when they cannot be
@@ -201,7 +204,7 @@ var Version = func() (version, commit string) {
 // ctx.
 func (s *Server) Status(ctx context.Context) Status {
 	now := time.Now()
-	js := s.o.Source.Status()
+	js, view := s.o.Source.Status(), s.o.Source.View()
 	version, commit := Version()
 	st := Status{
 		GeneratedAt: now,
@@ -210,6 +213,7 @@ func (s *Server) Status(ctx context.Context) Status {
 			UptimeSeconds: now.Sub(s.o.StartedAt).Seconds(), Addr: s.o.Addr, Group: s.o.Group,
 			Generation: js.Generation, MemberID: js.MemberID, Leader: js.Leader, Guarantee: js.Guarantee,
 			Ready: js.Ready, ReadyReason: js.ReadyReason, StateDirs: []StateDir{},
+			Joins: join.JoinCounts{Local: view.Local, Remote: view.Remote, Miss: view.Miss, Late: view.Late},
 		},
 		Tasks:      make([]Task, 0, len(js.Tasks)),
 		Rebalances: js.Rebalances,
@@ -228,14 +232,13 @@ func (s *Server) Status(ctx context.Context) Status {
 	for _, t := range js.Tasks {
 		st.Tasks = append(st.Tasks, Task{TaskStatus: t, History: s.hist.series(t.Task)})
 	}
-	st.Group = s.group(ctx, js)
+	st.Group = s.group(ctx, js, view)
 	return st
 }
 
 // group builds the grid from this worker's view and every other owner's
 // /v1/assignment, read concurrently.
-func (s *Server) group(ctx context.Context, js join.Status) Group {
-	self := s.o.Source.View()
+func (s *Server) group(ctx context.Context, js join.Status, self join.AssignmentView) Group {
 	g := Group{Partitions: js.Partitions}
 	addrs := map[string]string{s.o.Instance: s.o.Addr}
 	names := []string{s.o.Instance}
