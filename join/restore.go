@@ -152,8 +152,9 @@ func (s *stateTask) countRestored(n int) {
 	}
 }
 
-// observeEnd sets a standby's lag gauge from the market's end offset (a
-// fetch's high watermark).
+// observeEnd records the market's end offset (a fetch's high watermark)
+// for the task's market lag (TaskStatus) and sets a standby's lag gauge
+// from it.
 func (s *stateTask) observeEnd(hwm int64) {
 	s.rc.hwm.Store(hwm)
 	if hwm < 0 || !s.isStandby() {
