@@ -138,6 +138,8 @@ func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []
 type outScratch struct {
 	msgs  []kafka.Message
 	notes []outNote
+	// onErr, when set, hears of each failed write (a task's last error).
+	onErr func(error)
 }
 
 // outNote is what writeOutWith knows of one message it writes: for a
@@ -313,6 +315,9 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 			continue
 		}
 		w.metrics.ProduceErrors.Inc()
+		if s.onErr != nil {
+			s.onErr(fmt.Errorf("writing %d alerts and %d dead letters: %w", alerts, len(dead), err))
+		}
 		if produce.ConfigError(err) {
 			w.blockOutput(err, !blocked)
 			blocked = true
@@ -501,7 +506,11 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 	for i, n := range counts {
 		if n > 0 {
 			w.metrics.Joins.WithLabelValues(string(record.Results[i])).Add(float64(n))
+			t.counters.joins[i].Add(int64(n))
 		}
+	}
+	if n := len(dead) + rerouted; n > 0 {
+		t.counters.dead.Add(int64(n))
 	}
 	w.metrics.Alerts.Add(float64(alerts - rerouted))
 	return nil
@@ -546,7 +555,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup, free 
 	wg.Add(1)
 	go func() {
 		var (
-			scratch outScratch
+			scratch = outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}
 			batches []*encoded
 			dead    []deadLetter
 		)

@@ -22,6 +22,7 @@ import (
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
+	"github.com/joiner-dev/joiner/statuspage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/segmentio/kafka-go"
@@ -148,6 +149,7 @@ type Node struct {
 	reg      *prometheus.Registry
 	retries  prometheus.Counter // joiner_startup_retries_total
 	peer     *peerAuth
+	status   *statuspage.Server
 }
 
 // New checks the topics, opens the stores and the HTTP listener, and
@@ -254,6 +256,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.status = n.newStatusPage()
 	n.member, err = group.New(group.Config{
 		Client:                   n.client,
 		GroupID:                  cfg.Group,
@@ -305,7 +308,8 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 // starts and waits for them.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
-	srv := &http.Server{Handler: n.peer.handler(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
+	api := withStatusPage(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof), n.status)
+	srv := &http.Server{Handler: n.peer.handler(api), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
 	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
 	serve := srv.Serve
 	if httpTLS {
@@ -319,9 +323,12 @@ func (n *Node) Run(ctx context.Context) error {
 			n.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	wg.Go(func() { n.status.Run(sampleCtx) })
 	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group,
-		"http_tls", httpTLS, "peer_token", n.peer.token != nil)
+		"http_tls", httpTLS, "peer_token", n.peer.token != nil, "status_page", n.StatusURL())
 	err := n.worker.Run(ctx, n.member)
+	stopSampling()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
