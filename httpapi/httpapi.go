@@ -17,7 +17,8 @@
 //
 // It only translates HTTP to the Backend (a *join.Processor) and errors to
 // status codes; join's remote lookup client is the other side of
-// /v1/prices.
+// /v1/prices. The same listener serves the status page (/ and /v1/status,
+// package statuspage), mounted next to this handler by node.
 package httpapi
 
 import (

@@ -22,6 +22,7 @@ import (
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
+	"github.com/joiner-dev/joiner/statuspage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/segmentio/kafka-go"
@@ -135,6 +136,11 @@ type Config struct {
 	ProcessMetrics bool
 
 	Logger *slog.Logger
+	// FieldName names the Config fields that errors name
+	// (internal/fielderr) in what the node serves, /readyz's reason while
+	// it waits for Kafka: the CLI gives its flag names. Default: the
+	// fields' own names.
+	FieldName func(field string) string
 }
 
 // Node is one running worker. Build it with New, run it with Run.
@@ -149,7 +155,9 @@ type Node struct {
 	listener net.Listener
 	addr     string
 	reg      *prometheus.Registry
+	retries  prometheus.Counter // joiner_startup_retries_total
 	peer     *peerAuth
+	status   *statuspage.Server
 }
 
 // New checks the topics, opens the stores and the HTTP listener, and
@@ -186,6 +194,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
+	// The registry comes first: /metrics answers while bootstrap waits.
+	n.reg = prometheus.NewRegistry()
+	if cfg.ProcessMetrics {
+		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	n.registerStartupMetrics()
 	parts, err := n.bootstrap(ctx)
 	if err != nil {
 		return nil, err
@@ -222,13 +236,13 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Alerts and dead letters go through produce.Producer: one Produce
 	// request per partition of each write, no per-message metadata look-up
 	// and no batch timer (kafka.Writer spent 21% of the CPU on them).
-	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport})
+	// Each output topic's max.message.bytes bounds the producer's batches
+	// and is what alerts and dead letters are checked against.
+	maxBytes := OutputMaxBytes(ctx, n.client, cfg.Topics, n.log)
+	n.log.Info("output topics' max.message.bytes", "limits", maxBytes)
+	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport, TopicMaxBytes: maxBytes})
 	if err != nil {
 		return nil, err
-	}
-	n.reg = prometheus.NewRegistry()
-	if cfg.ProcessMetrics {
-		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if n.peer, err = newPeerAuth(cfg, n.reg); err != nil {
 		return nil, err
@@ -243,6 +257,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		CommitInterval:   cfg.CommitInterval,
 		HistoryRetention: cfg.HistoryRetention,
 		BulkRestoreMin:   cfg.BulkRestoreMin,
+		MaxMessageBytes:  maxBytes,
 		HTTPClient:       n.peer.client(),
 		StartOffset:      cfg.StartOffset,
 		Registerer:       n.reg,
@@ -251,6 +266,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.status = n.newStatusPage()
 	n.member, err = group.New(group.Config{
 		Client:                   n.client,
 		GroupID:                  cfg.Group,
@@ -308,7 +324,8 @@ func (n *Node) Run(ctx context.Context) (err error) {
 			err = errors.Join(err, cerr)
 		}
 	}()
-	srv := &http.Server{Handler: n.peer.handler(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
+	api := withStatusPage(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof), n.status)
+	srv := &http.Server{Handler: n.peer.handler(api), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
 	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
 	serve := srv.Serve
 	if httpTLS {
@@ -322,9 +339,12 @@ func (n *Node) Run(ctx context.Context) (err error) {
 			n.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	wg.Go(func() { n.status.Run(sampleCtx) })
 	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group,
-		"http_tls", httpTLS, "peer_token", n.peer.token != nil)
+		"http_tls", httpTLS, "peer_token", n.peer.token != nil, "status_page", n.StatusURL())
 	err = n.worker.Run(ctx, n.member)
+	stopSampling()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)

@@ -72,7 +72,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if _, status, ok := fs.parse(args); !ok {
 		return status
 	}
-	log, err := newLogger(stderr, logFormat, logLvl)
+	log, err := fs.newLogger(stderr, logFormat, logLvl)
 	if err != nil {
 		return fs.fail(2, err)
 	}
@@ -91,6 +91,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	cfg.PartitionsExplicit = fs.given("partitions")
 	cfg.ProcessMetrics = true
 	cfg.Logger = log
+	cfg.FieldName = fs.flagsOf // /readyz says --brokers, as the logs do
 	cfg.PeerCAFile = cmp.Or(httpCAFile, sec.CAFile)
 
 	if err := statestore.CheckDirs(cfg.StateDirs, cfg.Group); err != nil {

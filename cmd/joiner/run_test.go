@@ -33,6 +33,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{"empty group from env", nil, map[string]string{"JOINER_GROUP": ""}, "JOINER_GROUP"},
 		{"empty instance id", []string{"--instance-id", ""}, nil, "--instance-id"},
 		{"empty instance id from env", nil, map[string]string{"JOINER_INSTANCE_ID": ""}, "--instance-id"},
+		{"instance id over Kafka's limit", []string{"--instance-id", strings.Repeat("w", 250)}, nil, "--instance-id is 250 characters"},
+		{"advertise addr too long", []string{"--advertise-addr", strings.Repeat("h", 251) + ":8080"}, nil, "--advertise-addr is 256 bytes"},
 		{"empty market topic", []string{"--market-topic", ""}, nil, "--market-topic"},
 		{"empty notifications topic", []string{"--notifications-topic", ""}, nil, "--notifications-topic"},
 		{"empty alerts topic", []string{"--alerts-topic", ""}, nil, "--alerts-topic"},
@@ -121,9 +123,11 @@ func TestRunWaitsForKafkaThenExits1(t *testing.T) {
 			"--state-dir", t.TempDir(), "--startup-timeout", "3s"}, nil, io.Discard, &stderr)
 	}()
 	var ready, health int
+	var readyBody []byte
 	for time.Since(start) < 3*time.Second && (ready == 0 || health == 0) {
 		if r, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
 			ready = r.StatusCode
+			readyBody, _ = io.ReadAll(r.Body)
 			r.Body.Close()
 		}
 		if r, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
@@ -135,6 +139,10 @@ func TestRunWaitsForKafkaThenExits1(t *testing.T) {
 	if ready != http.StatusServiceUnavailable || health != http.StatusOK {
 		t.Errorf("while waiting: /readyz %d, /healthz %d; want 503 and 200", ready, health)
 	}
+	if !strings.Contains(string(readyBody), "check --brokers") {
+		t.Errorf("/readyz while waiting = %q, want its cause with the hint naming --brokers", readyBody)
+	}
+	checkUserOutput(t, "/readyz", string(readyBody))
 	select {
 	case code := <-done:
 		if code != 1 {

@@ -52,6 +52,16 @@ var exported = map[string]string{
 	"joiner_rebalance_tasks_revoked_total":  "counter",
 	"joiner_rebalance_tasks_assigned_total": "counter",
 	"joiner_standby_lag_records":            "gauge",
+
+	// node: which binary runs, and the retries to reach Kafka at start
+	// (both exported from the first second, while the worker waits).
+	"joiner_build_info":            "gauge",
+	"joiner_startup_retries_total": "counter",
+
+	// Records the output topics cannot take (issue 19).
+	"joiner_dead_letters_truncated_total": "counter",
+	"joiner_dead_letters_dropped_total":   "counter",
+	"joiner_output_blocked":               "gauge",
 }
 
 var (
