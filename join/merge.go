@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -59,6 +60,7 @@ func (w *Processor) fetchRetrying(ctx context.Context, r *partitionReader, log *
 		}
 		log.Warn("fetch failed; retrying", "topic", r.topic, "offset", r.next, "err", err)
 		w.metrics.FetchErrors.Inc()
+		w.noteTaskErr(r.partition, fmt.Errorf("fetching %s-%d at offset %d: %w", r.topic, r.partition, r.next, err))
 		_ = sleep(ctx, backoff(attempt))
 	}
 	return nil, time.Time{}, false
@@ -125,6 +127,7 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 			// task (here or on another member) may be waiting for it to
 			// be read past its own notifications, perhaps the very task
 			// this lookup waits for.
+			w.noteTaskErr(t.p, err)
 			delay := backoff(lookupFailures)
 			switch {
 			case errors.Is(err, errRepartitioning):
@@ -344,6 +347,9 @@ func (m *merger) chunkLimit() int {
 }
 
 func (m *merger) progressed() {
+	if m.stallLogged {
+		m.t.counters.waitSince.Store(0) // the wait for the market is over
+	}
 	m.waitStart, m.checked, m.stallLogged = time.Time{}, false, false
 	m.wait++
 }
@@ -487,6 +493,7 @@ func (m *merger) enterGate(ctx context.Context) error {
 
 func (m *merger) takeMarket(f fetched) {
 	m.mNext = f.next
+	m.st.rc.hwm.Store(f.hwm)
 	// A market fetch that reached its high watermark proves nothing about
 	// the notifications: a broker that just became the partition's leader
 	// answers fetches with its stale high watermark, below ticks that the
@@ -566,7 +573,9 @@ func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *
 			m.force = true
 			return
 		}
+		m.t.counters.waitTsMs.Store(m.nbuf[0].Time.UnixMilli())
 		if !m.stallLogged {
+			m.t.counters.waitSince.Store(m.waitStart.UnixNano())
 			m.stallLogged = true
 			log.Warn("notifications wait for the market to be read past their time; they are not joined before (the market partition may have no leader)",
 				"notification_ts_ms", m.nbuf[0].Time.UnixMilli(), "market_next_offset", m.mNext, "waited", time.Since(m.waitStart).Round(time.Millisecond))

@@ -35,8 +35,15 @@ func newTestWorker(t testing.TB) (*Processor, *processTask, *kafka.Client) {
 	return w, newProcessTask(w, 0, st), client
 }
 
+// recAt is a record at offset with timestamp ms, keyed as joiner's inputs
+// are: by the symbol of value (none when value has none).
 func recAt(offset int64, ms int, value string) fetchedRecord {
-	return fetchedRecord{Offset: offset, Time: time.UnixMilli(int64(ms)), Value: []byte(value)}
+	var v struct{ Symbol *string }
+	var key []byte
+	if json.Unmarshal([]byte(value), &v) == nil && v.Symbol != nil {
+		key = []byte(*v.Symbol)
+	}
+	return fetchedRecord{Offset: offset, Time: time.UnixMilli(int64(ms)), Key: key, Value: []byte(value)}
 }
 
 // readAlerts returns the alerts written so far, by notification id.

@@ -40,6 +40,9 @@ type processTask struct {
 	latestParts int
 	// prog is the task's lag and stall state (progress.go).
 	prog progress
+
+	// counters are the task's counts for TaskStatus (taskstatus.go).
+	counters taskCounters
 }
 
 // latestPrice is a symbol's newest version in a merged task's store, and
@@ -90,6 +93,7 @@ func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
 	t.acked.Store(-1)
 	t.ackedTs.Store(-1)
 	t.prog.start.Store(-1)
+	t.counters.nLag.Store(-1)
 	return t
 }
 
@@ -146,6 +150,7 @@ func (t *processTask) run(ctx context.Context) {
 			}
 			log.Warn("fetch failed; retrying", "err", err)
 			w.metrics.FetchErrors.Inc()
+			w.noteTaskErr(t.p, fmt.Errorf("fetching %s-%d: %w", w.cfg.Topics.Notifications, t.p, err))
 			_ = sleep(ctx, backoff(attempt))
 			attempt++
 			continue
@@ -166,6 +171,7 @@ func (t *processTask) run(ctx context.Context) {
 				if !errors.Is(err, errRepartitioning) {
 					log.Warn("cannot look prices up; retrying the batch", "from_offset", r.next, "err", err)
 				}
+				w.noteTaskErr(t.p, err)
 				if sleep(ctx, backoff(lookupFailures)) != nil {
 					return
 				}
@@ -196,7 +202,7 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 	if err != nil {
 		return err
 	}
-	return t.flush(ctx, nil, []*encoded{&e}, dead)
+	return t.flush(ctx, &outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}, []*encoded{&e}, dead)
 }
 
 // joinInto decodes recs, joins each notification with its price as of its
@@ -232,7 +238,9 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		// partition.
 		misrouted int
 	)
+	var offs []int64 // of others
 	for _, rec := range recs {
+		e.src = rec.Offset
 		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
 			k := len(e.buf)
 			e.buf = append(e.buf, rec.Key...)
@@ -275,6 +283,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			others = append(others, a)
 			tasks = append(tasks, q)
 			extras = append(extras, more)
+			offs = append(offs, rec.Offset)
 			continue
 		}
 		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
@@ -291,7 +300,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			e.rollback(mark)
 			return nil, err
 		}
-		e.addAll(w.alerts, others)
+		for i := range others {
+			e.src = offs[i]
+			e.add(w.alerts, &others[i])
+		}
 	}
 	w.metrics.Misrouted.Add(float64(misrouted))
 	return dead, nil

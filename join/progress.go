@@ -137,6 +137,7 @@ func (w *Processor) checkProgress(ctx context.Context, now time.Time) {
 		current := w.procs[t.p] == t
 		if current {
 			w.metrics.TaskLag.WithLabelValues(taskLabel(t.p)).Set(float64(lag))
+			t.counters.nLag.Store(lag)
 		}
 		w.mu.RUnlock()
 		if current {
