@@ -1,21 +1,29 @@
 // Package httpapi serves a worker's HTTP API on one listener:
 //
 //	/metrics              Prometheus metrics of the gatherer
-//	/healthz              200 while the process is up
-//	/readyz               200 once assigned and every state task restored, else 503
+//	/healthz              200 while the process is up; 503 when the
+//	                      Backend has a Healthy method that says not (a
+//	                      task store open that hangs)
+//	/readyz               200 once assigned, every state task restored and
+//	                      no task stalled (with lag, nothing acknowledged
+//	                      for the worker's StallTimeout), else 503
 //	/v1/assignment        this member's assignment and join counts (JSON)
 //	/v1/prices/{symbol}   the symbol's price from the local store: the
 //	                      latest, or with ?at_ms=T the version as of T
-//	                      (after first waiting, up to the worker's
-//	                      MaxTaskIdle, until the task has been read past T or
-//	                      to its end). 200, 400 for a bad symbol or at_ms,
-//	                      404 when there was no price (then), 421 when this
-//	                      member does not hold the symbol's task, 503 while
-//	                      it is restoring. after_ms is an alias of at_ms.
+//	                      (after first waiting, up to 250ms, until the
+//	                      task has been read past T or to its end). 200,
+//	                      400 for a bad symbol or at_ms, 404 when there was
+//	                      no price (then), 421 when this member does not
+//	                      hold the symbol's task, 503 while it is restoring
+//	                      or not read past T yet (ask again). after_ms is
+//	                      an alias of at_ms. With &task=q, from task q's
+//	                      store instead of the symbol's task (a moved
+//	                      symbol's history after a partition count change).
 //
 // It only translates HTTP to the Backend (a *join.Processor) and errors to
 // status codes; join's remote lookup client is the other side of
-// /v1/prices.
+// /v1/prices. The same listener serves the status page (/ and /v1/status,
+// package statuspage), mounted next to this handler by node.
 package httpapi
 
 import (
@@ -38,6 +46,9 @@ type Backend interface {
 	// errors wrap join.ErrNotOwner, join.ErrRestoring or join.ErrNoPrice,
 	// any other error is a 500.
 	PriceAsOf(ctx context.Context, symbol string, atMs *int64) (join.Price, error)
+	// PriceAsOfTask answers /v1/prices?task=q: PriceAsOf from task q's
+	// store (a moved symbol's old task, after a partition count change).
+	PriceAsOfTask(ctx context.Context, symbol string, task int, atMs *int64) (join.Price, error)
 	// View answers /v1/assignment.
 	View() join.AssignmentView
 	// Ready answers /readyz.
@@ -49,6 +60,13 @@ func Handler(b Backend, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		if h, ok := b.(interface{ Healthy() (bool, string) }); ok {
+			if ok, why := h.Healthy(); !ok {
+				rw.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(rw, why)
+				return
+			}
+		}
 		fmt.Fprintln(rw, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
@@ -84,7 +102,20 @@ func servePrice(b Backend, rw http.ResponseWriter, r *http.Request) {
 		}
 		atMs = &t
 	}
-	p, err := b.PriceAsOf(r.Context(), symbol, atMs)
+	var (
+		p   join.Price
+		err error
+	)
+	if v := q.Get("task"); v != "" {
+		task, perr := strconv.Atoi(v)
+		if perr != nil || task < 0 {
+			http.Error(rw, "task must be a partition index", http.StatusBadRequest)
+			return
+		}
+		p, err = b.PriceAsOfTask(r.Context(), symbol, task, atMs)
+	} else {
+		p, err = b.PriceAsOf(r.Context(), symbol, atMs)
+	}
 	switch {
 	case err == nil:
 		writeJSON(rw, p)
@@ -100,7 +131,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, join.ErrNotOwner):
 		return http.StatusMisdirectedRequest
-	case errors.Is(err, join.ErrRestoring):
+	case errors.Is(err, join.ErrRestoring), errors.Is(err, join.ErrNotReadPast):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, join.ErrNoPrice):
 		return http.StatusNotFound

@@ -30,6 +30,11 @@ func (f *fakeBackend) PriceAsOf(_ context.Context, symbol string, atMs *int64) (
 	f.atSeen = append(f.atSeen, atMs)
 	return f.price, f.err
 }
+func (f *fakeBackend) PriceAsOfTask(_ context.Context, symbol string, task int, atMs *int64) (join.Price, error) {
+	f.asked = append(f.asked, fmt.Sprintf("%s@%d", symbol, task))
+	f.atSeen = append(f.atSeen, atMs)
+	return f.price, f.err
+}
 func (f *fakeBackend) View() join.AssignmentView { return f.view }
 func (f *fakeBackend) Ready() (bool, string)     { return f.ready, f.why }
 
@@ -60,6 +65,8 @@ func TestServePrice(t *testing.T) {
 		{"no price", "/v1/prices/BBCA?at_ms=2500", fmt.Errorf("%w for %q", join.ErrNoPrice, "BBCA"), 404, true, &at, "no price"},
 		{"not the owner", "/v1/prices/BBCA", fmt.Errorf("%w: task 3", join.ErrNotOwner), 421, true, nil, "task 3"},
 		{"restoring", "/v1/prices/BBCA", fmt.Errorf("%w: task 3", join.ErrRestoring), 503, true, nil, "restoring"},
+		{"not read past", "/v1/prices/BBCA?at_ms=2500", fmt.Errorf("%w: task 3", join.ErrNotReadPast), 503, true, &at, "not read past"},
+		{"bad task", "/v1/prices/BBCA?at_ms=2500&task=x", nil, 400, false, nil, "task must be a partition index"},
 		{"store error", "/v1/prices/BBCA", errors.New("pebble: closed"), 500, true, nil, "pebble: closed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -143,5 +150,36 @@ func TestHealthReadyMetrics(t *testing.T) {
 	}
 	if rec := get(t, h, "/v1/nothing"); rec.Code != 404 {
 		t.Errorf("/v1/nothing = %d", rec.Code)
+	}
+}
+
+// ?task=q asks PriceAsOfTask for task q's store.
+func TestPriceOfTask(t *testing.T) {
+	b := &fakeBackend{price: join.Price{Symbol: "BBCA", Price: 9125.5, TsMs: 2000, Offset: 1, Task: 3}}
+	rec := get(t, Handler(b, prometheus.NewRegistry()), "/v1/prices/BBCA?at_ms=2500&task=3")
+	if rec.Code != 200 || len(b.asked) != 1 || b.asked[0] != "BBCA@3" || b.atSeen[0] == nil || *b.atSeen[0] != 2500 {
+		t.Fatalf("GET ?task=3 = %d %q, asked %v", rec.Code, rec.Body, b.asked)
+	}
+}
+
+type unhealthyBackend struct {
+	fakeBackend
+	healthy bool
+}
+
+func (u *unhealthyBackend) Healthy() (bool, string) { return u.healthy, "2 task store opens hang" }
+
+// /healthz is 503 with the reason while the backend says it is not
+// healthy (a task store open that hangs cannot be cleaned up but by a
+// restart), 200 otherwise.
+func TestHealthzFollowsHealthy(t *testing.T) {
+	b := &unhealthyBackend{}
+	h := Handler(b, prometheus.NewRegistry())
+	if rec := get(t, h, "/healthz"); rec.Code != 503 || rec.Body.String() != "2 task store opens hang\n" {
+		t.Errorf("/healthz of an unhealthy backend = %d %q", rec.Code, rec.Body)
+	}
+	b.healthy = true
+	if rec := get(t, h, "/healthz"); rec.Code != 200 || rec.Body.String() != "ok\n" {
+		t.Errorf("/healthz of a healthy backend = %d %q", rec.Code, rec.Body)
 	}
 }

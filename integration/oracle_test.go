@@ -2,11 +2,13 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/segmentio/kafka-go"
 )
 
 // The oracle scenarios run `joiner run` processes on the real broker while
@@ -32,6 +34,13 @@ type oracleScenario struct {
 	// bulkRestore makes every restore bulk-load the store
 	// (--bulk-restore-min 1), and checks that some did.
 	bulkRestore bool
+	// load replaces oracleLoad when set.
+	load *oracle.Config
+	// completeWithin, when set, bounds the time from the end of the load
+	// to the last alert.
+	completeWithin time.Duration
+	// after runs once every alert was checked, with the running workers.
+	after func(c *cluster, ws map[string]*worker, wl *oracle.Workload)
 }
 
 func runOracle(t *testing.T, sc oracleScenario) {
@@ -52,14 +61,18 @@ func runOracle(t *testing.T, sc oracleScenario) {
 		waitReady(t, list, 60*time.Second)
 	}
 
-	p := oracle.NewProducer(brokers, nil, oracle.Topics{Market: c.market, Notifications: c.notifs, Alerts: c.alertsT}, oracleLoad)
+	load := oracleLoad
+	if sc.load != nil {
+		load = *sc.load
+	}
+	p := oracle.NewProducer(brokers, nil, oracle.Topics{Market: c.market, Notifications: c.notifs, Alerts: c.alertsT}, load)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	produced := make(chan error, 1)
 	go func() { produced <- p.Run(ctx) }()
 	if sc.disturb != nil {
 		sc.disturb(c, ws, func(share float64) {
-			for float64(p.Rounds()) < share*float64(oracleLoad.Rounds) {
+			for float64(p.Rounds()) < share*float64(load.Rounds) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
@@ -68,9 +81,13 @@ func runOracle(t *testing.T, sc oracleScenario) {
 		t.Fatal(err)
 	}
 	wl := p.Workload()
+	loaded := time.Now()
 	rep, err := wl.WaitComplete(ctx, oracle.NewAlertReader(c.client, c.alertsT, partitions), wl.Produced(), 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if d := time.Since(loaded); sc.completeWithin > 0 && d > sc.completeWithin {
+		t.Errorf("the last alert came %v after the load ended, want within %v", d, sc.completeWithin)
 	}
 	_, ticks, exact := wl.Counts()
 	t.Logf("oracle %s: %v (ticks=%d, notifications at a tick's exact time=%d)", t.Name(), rep, ticks, exact)
@@ -82,6 +99,9 @@ func runOracle(t *testing.T, sc oracleScenario) {
 	}
 	if sc.maxDuplicates >= 0 && rep.Duplicates > sc.maxDuplicates {
 		t.Errorf("oracle: %d duplicates, want at most %d", rep.Duplicates, sc.maxDuplicates)
+	}
+	if sc.after != nil {
+		sc.after(c, ws, wl)
 	}
 	if sc.bulkRestore {
 		// JSON or text logs.
@@ -176,6 +196,77 @@ func TestIntegrationOracleSIGSTOP(t *testing.T) {
 			time.Sleep(10 * time.Second)
 			if err := w.signal(syscall.SIGCONT); err != nil {
 				c.t.Fatal(err)
+			}
+		}})
+}
+
+// 5% of the notifications written with librdkafka's default partitioner
+// (CRC32) instead of murmur2 (issue 19, item 2): most land in another
+// task's partition and are looked up in their symbol's task, on the same
+// worker process or another. Before, two merged tasks each waiting for the
+// other's market stalled every partition within seconds. Every alert must
+// be exact, all of them within 30 s of the end of the load, and the
+// misrouted ones counted.
+func TestIntegrationOracleMisrouted(t *testing.T) {
+	load := oracleLoad
+	load.NotificationsPerRound, load.TicksPerRound, load.Misrouted = 150, 30, 0.05
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, maxDuplicates: 0, load: &load, completeWithin: 30 * time.Second,
+		after: func(c *cluster, ws map[string]*worker, wl *oracle.Workload) {
+			want := 0
+			for _, id := range wl.Misrouted() {
+				if oracle.MisroutedTo(wl.Symbol(id), partitions) {
+					want++
+				}
+			}
+			var got int64
+			for _, w := range ws {
+				v, err := w.view()
+				if err != nil {
+					c.t.Fatal(err)
+				}
+				got += v.Misrouted
+			}
+			c.t.Logf("%d notifications written with CRC32, %d outside their symbol's partition; the workers counted %d misrouted", len(wl.Misrouted()), want, got)
+			if want < 100 || got < int64(want) {
+				c.t.Errorf("joiner_notifications_misrouted_total sums to %d, want at least %d (and 100)", got, want)
+			}
+		}})
+}
+
+// Both input topics grown from 6 to 8 partitions while the load flows
+// (issue 19, item 5): most symbols move to another task, whose store lacks
+// their history from before the change. Every alert must still carry the
+// exact as-of price: a moved symbol's lookup also asks the task that held
+// it under 6 partitions, on whichever worker process holds it now.
+func TestIntegrationOracleBothTopicsGrow(t *testing.T) {
+	load := oracleLoad
+	load.Symbols, load.TicksPerRound = 120, 6 // sparse ticks: many prices from before the change
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, maxDuplicates: -1, load: &load,
+		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
+			at(0.25)
+			resp, err := c.client.CreatePartitions(context.Background(), &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{
+				{Name: c.market, Count: partitions + 2}, {Name: c.notifs, Count: partitions + 2},
+			}})
+			if err == nil {
+				err = errors.Join(resp.Errors[c.market], resp.Errors[c.notifs])
+			}
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			c.t.Logf("both topics grown to %d partitions", partitions+2)
+		},
+		after: func(c *cluster, ws map[string]*worker, _ *oracle.Workload) {
+			for _, w := range ws {
+				v, err := w.view()
+				if err != nil {
+					c.t.Fatal(err)
+				}
+				if v.Partitions != partitions+2 {
+					c.t.Errorf("%s plans %d partitions after the change, want %d", v.Instance, v.Partitions, partitions+2)
+				}
+			}
+			if n := c.countLogLines("partition count changed"); n == 0 {
+				c.t.Errorf("no worker logged the partition count change")
 			}
 		}})
 }

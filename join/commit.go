@@ -74,14 +74,21 @@ func (w *Processor) committedOffset(ctx context.Context, topic string, p int) (i
 // commitLoop commits processed offsets every CommitInterval until ctx is
 // done.
 func (w *Processor) commitLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.CommitInterval)
+	every(ctx, w.cfg.CommitInterval, func() {
+		_ = w.commit(ctx) // counted and logged inside; retried next tick
+	})
+}
+
+// every calls f every d until ctx is done.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = w.commit(ctx) // counted and logged inside; retried next tick
+			f()
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
@@ -22,6 +23,18 @@ import (
 type fakeFetcher struct {
 	mu   sync.Mutex
 	logs map[string]map[int][]fetchedRecord
+	// down makes every fetch and offset request of a topic fail.
+	down map[string]bool
+}
+
+// setDown makes topic unreadable (down) or readable again.
+func (f *fakeFetcher) setDown(topic string, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down == nil {
+		f.down = map[string]bool{}
+	}
+	f.down[topic] = down
 }
 
 func newFakeFetcher() *fakeFetcher {
@@ -43,6 +56,11 @@ func (f *fakeFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafk
 	deadline := time.Now().Add(req.MaxWait)
 	for {
 		f.mu.Lock()
+		if f.down[req.Topic] {
+			f.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			return nil, fmt.Errorf("fake: %s is down", req.Topic)
+		}
 		log := f.logs[req.Topic][req.Partition]
 		var out []kafka.Record
 		for _, r := range log[min(max(req.Offset, 0), int64(len(log))):] {
@@ -66,6 +84,11 @@ func (f *fakeFetcher) ListOffsets(_ context.Context, req *kafka.ListOffsetsReque
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res := &kafka.ListOffsetsResponse{Topics: map[string][]kafka.PartitionOffsets{}}
+	for topic := range req.Topics {
+		if f.down[topic] {
+			return nil, fmt.Errorf("fake: %s is down", topic)
+		}
+	}
 	for topic, reqs := range req.Topics {
 		for _, r := range reqs {
 			res.Topics[topic] = append(res.Topics[topic], kafka.PartitionOffsets{Partition: r.Partition, FirstOffset: 0, LastOffset: int64(len(f.logs[topic][r.Partition]))})
@@ -75,10 +98,16 @@ func (f *fakeFetcher) ListOffsets(_ context.Context, req *kafka.ListOffsetsReque
 }
 
 // fakeWriter records what is written; fail makes the next writes fail.
+// maxBytes, when set, is a max.message.bytes for every topic: a larger
+// message is refused alone (a *produce.RejectedError), as
+// produce.Producer reports a broker's MESSAGE_TOO_LARGE, and the others
+// are written.
 type fakeWriter struct {
-	mu   sync.Mutex
-	msgs []kafka.Message
-	fail error
+	mu       sync.Mutex
+	msgs     []kafka.Message
+	fail     error
+	maxBytes int
+	refused  int // messages refused for maxBytes
 }
 
 func (f *fakeWriter) WriteMessages(_ context.Context, msgs ...kafka.Message) error {
@@ -87,12 +116,21 @@ func (f *fakeWriter) WriteMessages(_ context.Context, msgs ...kafka.Message) err
 	if f.fail != nil {
 		return f.fail
 	}
+	var rej produce.RejectedError
 	// Keep copies, as Kafka does: the outbox reuses the buffers of a write
 	// once it returned.
-	for _, m := range msgs {
+	for i, m := range msgs {
+		if f.maxBytes > 0 && produce.RecordBatchBytes(&m) > f.maxBytes {
+			rej.Rejected = append(rej.Rejected, produce.Rejected{Index: i, Err: fmt.Errorf("writing 1 messages to %s: %w", m.Topic, kafka.MessageSizeTooLarge)})
+			f.refused++
+			continue
+		}
 		m.Key, m.Value = bytes.Clone(m.Key), bytes.Clone(m.Value)
 		m.Headers = slices.Clone(m.Headers)
 		f.msgs = append(f.msgs, m)
+	}
+	if len(rej.Rejected) > 0 {
+		return &rej
 	}
 	return nil
 }

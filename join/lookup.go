@@ -33,20 +33,43 @@ type Price struct {
 	Late bool `json:"late"`
 }
 
-// The errors of PriceAsOf, which the HTTP API maps to 421, 503 and 404.
+// The errors of PriceAsOf, which the HTTP API maps to 421, 503, 503 and
+// 404.
 var (
 	ErrNotOwner  = errors.New("task not held by this member")
 	ErrRestoring = errors.New("task is restoring")
-	ErrNoPrice   = errors.New("no price")
+	// ErrNotReadPast: the task's market has not been read past the time
+	// asked for within crossTaskWait; ask again later.
+	ErrNotReadPast = errors.New("market not read past the time asked for yet")
+	ErrNoPrice     = errors.New("no price")
 )
+
+// errNotReadPast is ErrNotReadPast, as join's own waits return it.
+var errNotReadPast = ErrNotReadPast
+
+// crossTaskWait bounds how long a lookup of another task's price waits
+// for that task's market to be read past the notification's time: the
+// owner's wait in PriceAsOf, and a merged task's wait for another task
+// held on the same member. A merged task's merge loop does not read its
+// own market while it waits, so the wait is short, and the merge goes on
+// reading its market before it asks again (runMerged).
+const crossTaskWait = 250 * time.Millisecond
 
 // PriceAsOf is the local as-of lookup other members ask for (GET
 // /v1/prices/{symbol}): the symbol's latest price, or with atMs the version
-// as of *atMs, after first waiting up to MaxTaskIdle until the task has
+// as of *atMs, after first waiting up to crossTaskWait until the task has
 // been read past *atMs or to its end. Its errors wrap ErrNotOwner,
-// ErrRestoring or ErrNoPrice, or are ctx's error or a store error.
+// ErrRestoring, ErrNotReadPast (not read past *atMs in that time: the
+// caller asks again) or ErrNoPrice, or are ctx's error or a store error.
 func (w *Processor) PriceAsOf(ctx context.Context, symbol string, atMs *int64) (Price, error) {
-	q := SymbolTask(symbol, w.partitions())
+	return w.PriceAsOfTask(ctx, symbol, SymbolTask(symbol, w.partitions()), atMs)
+}
+
+// PriceAsOfTask is PriceAsOf from the store of task q, which need not be
+// symbol's task under the current partition count: after the count
+// changed, the task that held a moved symbol before is asked for its
+// history too (repartition.go). GET /v1/prices/{symbol}?task=q.
+func (w *Processor) PriceAsOfTask(ctx context.Context, symbol string, q int, atMs *int64) (Price, error) {
 	st := w.stateTask(q)
 	if st == nil {
 		return Price{}, fmt.Errorf("%w: task %d of %q is not held by %s", ErrNotOwner, q, symbol, w.cfg.InstanceID)
@@ -54,8 +77,14 @@ func (w *Processor) PriceAsOf(ctx context.Context, symbol string, atMs *int64) (
 	at := int64(math.MaxInt64)
 	if atMs != nil {
 		at = *atMs
-		if err := st.waitFor(ctx, at, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
-			return Price{}, ctx.Err()
+		if err := st.waitFor(ctx, at, w.cfg.MaxTaskIdle, crossTaskWait); err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return Price{}, ctx.Err()
+			case errors.Is(err, ErrNotReadPast):
+				return Price{}, err
+			}
+			// The task stopped: getAsOf answers ErrNotOwner.
 		}
 	}
 	if !st.isRestored() {
@@ -83,11 +112,12 @@ type remoteClient struct {
 
 // lookup asks the member at addr for symbol's price as of tsMs. found is
 // false when the owner has no price. Transient failures (unreachable,
-// restoring, not the owner yet) are retried until the timeout.
-func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, tsMs int64) (p Price, found bool, err error) {
+// restoring, not the owner yet, not read past tsMs yet) are retried until
+// the timeout.
+func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, task int, tsMs int64) (p Price, found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	u := "http://" + addr + "/v1/prices/" + url.PathEscape(symbol) + "?at_ms=" + strconv.FormatInt(tsMs, 10)
+	u := priceURL(addr, symbol, task, tsMs)
 	start := time.Now()
 	defer func() { c.hist.Observe(time.Since(start).Seconds()) }()
 	for attempt := 0; ; attempt++ {
@@ -99,6 +129,29 @@ func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, tsMs int
 			return Price{}, false, fmt.Errorf("price of %q from %s: %w (last: %v)", symbol, addr, serr, err)
 		}
 	}
+}
+
+// lookupOnce is lookup without retries, for a merged task's merge loop,
+// which must not stop reading its own market for long (the owner may be
+// waiting for it): it asks once, bounded by crossTaskWait and a second
+// for the network. A 503 (restoring, or not read past tsMs yet) returns an
+// error wrapping ErrNotReadPast; the merge retries every failure later,
+// reading its market meanwhile.
+func (c *remoteClient) lookupOnce(ctx context.Context, addr, symbol string, task int, tsMs int64) (p Price, found bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, min(c.timeout, crossTaskWait+time.Second))
+	defer cancel()
+	start := time.Now()
+	defer func() { c.hist.Observe(time.Since(start).Seconds()) }()
+	p, found, _, err = c.get(ctx, priceURL(addr, symbol, task, tsMs))
+	if err != nil {
+		return Price{}, false, fmt.Errorf("price of %q from %s: %w", symbol, addr, err)
+	}
+	return p, found, nil
+}
+
+// priceURL asks addr for symbol's price as of tsMs from task's store.
+func priceURL(addr, symbol string, task int, tsMs int64) string {
+	return "http://" + addr + "/v1/prices/" + url.PathEscape(symbol) + "?at_ms=" + strconv.FormatInt(tsMs, 10) + "&task=" + strconv.Itoa(task)
 }
 
 func (c *remoteClient) get(ctx context.Context, u string) (p Price, found, retry bool, err error) {
@@ -123,7 +176,10 @@ func (c *remoteClient) get(ctx context.Context, u string) (p Price, found, retry
 		return p, true, false, nil
 	case http.StatusNotFound:
 		return Price{}, false, false, nil
-	case http.StatusServiceUnavailable, http.StatusMisdirectedRequest, http.StatusBadGateway, http.StatusGatewayTimeout:
+	case http.StatusServiceUnavailable:
+		// Restoring, or not read past the time asked for yet.
+		return Price{}, false, true, fmt.Errorf("GET %s: %s: %w", u, res.Status, ErrNotReadPast)
+	case http.StatusMisdirectedRequest, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return Price{}, false, true, fmt.Errorf("GET %s: %s", u, res.Status)
 	default:
 		return Price{}, false, false, fmt.Errorf("GET %s: %s: %s", u, res.Status, body)
@@ -136,14 +192,15 @@ func (c *remoteClient) get(ctx context.Context, u string) (p Price, found, retry
 var errLookup = errors.New("price lookup failed")
 
 // lookup sets a's result and price as of tsMs for symbol, whose task is q:
-// from the local store when this member holds q, otherwise from q's owner.
-func (w *Processor) lookup(ctx context.Context, a *record.Alert, price *float64, q int, symbol string, tsMs int64) error {
-	return w.lookupIn(ctx, a, price, w.stateTask(q), q, symbol, tsMs)
+// from the local store when this member holds q, otherwise from q's owner
+// (once, without retries, for a merge loop: see lookupOnce).
+func (w *Processor) lookup(ctx context.Context, a *record.Alert, price *float64, q int, symbol string, tsMs int64, once bool) error {
+	return w.lookupIn(ctx, a, price, w.stateTask(q), q, symbol, tsMs, once)
 }
 
 // lookupIn is lookup with q's state task (nil when not held here) already
 // looked up.
-func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float64, st *stateTask, q int, symbol string, tsMs int64) error {
+func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float64, st *stateTask, q int, symbol string, tsMs int64, once bool) error {
 	if st != nil {
 		tick, match, err := st.getAsOf(symbol, tsMs)
 		switch {
@@ -159,9 +216,13 @@ func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float6
 	if !ok || owner.InstanceID == w.cfg.InstanceID || owner.Addr == "" {
 		return fmt.Errorf("%w: task %d of %q has no known owner to ask", errLookup, q, symbol)
 	}
-	p, found, err := w.remote.lookup(ctx, owner.Addr, symbol, tsMs)
+	ask := w.remote.lookup
+	if once {
+		ask = w.remote.lookupOnce
+	}
+	p, found, err := ask(ctx, owner.Addr, symbol, q, tsMs)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrNotReadPast) {
 			w.metrics.RemoteLookupErrs.Inc()
 		}
 		return fmt.Errorf("%w: task %d from %s: %w", errLookup, q, owner.InstanceID, err)

@@ -40,21 +40,21 @@ func TestRemoteLookup(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	ctx := context.Background()
 
-	if p, found, err := c.lookup(ctx, addr, "BBCA", 42); err != nil || !found || p.Price != 12.5 || p.TsMs != 7 {
+	if p, found, err := c.lookup(ctx, addr, "BBCA", 0, 42); err != nil || !found || p.Price != 12.5 || p.TsMs != 7 {
 		t.Errorf("BBCA: %+v %v %v", p, found, err)
 	}
-	if _, found, err := c.lookup(ctx, addr, "GONE", 42); err != nil || found {
+	if _, found, err := c.lookup(ctx, addr, "GONE", 0, 42); err != nil || found {
 		t.Errorf("GONE: found=%v err=%v, want a clean miss", found, err)
 	}
 	calls.Store(0)
-	if p, found, err := c.lookup(ctx, addr, "BUSY", 42); err != nil || !found || p.Symbol != "BUSY" {
+	if p, found, err := c.lookup(ctx, addr, "BUSY", 0, 42); err != nil || !found || p.Symbol != "BUSY" {
 		t.Errorf("BUSY: %+v %v %v; want retried until answered", p, found, err)
 	}
-	if _, _, err := c.lookup(ctx, addr, "BAD", 42); err == nil {
+	if _, _, err := c.lookup(ctx, addr, "BAD", 0, 42); err == nil {
 		t.Error("BAD: want an error for a 500")
 	}
 	short := &remoteClient{http: srv.Client(), timeout: 300 * time.Millisecond, hist: c.hist}
-	if _, _, err := short.lookup(ctx, "127.0.0.1:1", "BBCA", 42); err == nil {
+	if _, _, err := short.lookup(ctx, "127.0.0.1:1", "BBCA", 0, 42); err == nil {
 		t.Error("unreachable owner: want an error within the timeout")
 	}
 }

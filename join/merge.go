@@ -3,11 +3,12 @@ package join
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -59,6 +60,7 @@ func (w *Processor) fetchRetrying(ctx context.Context, r *partitionReader, log *
 		}
 		log.Warn("fetch failed; retrying", "topic", r.topic, "offset", r.next, "err", err)
 		w.metrics.FetchErrors.Inc()
+		w.noteTaskErr(r.partition, fmt.Errorf("fetching %s-%d at offset %d: %w", r.topic, r.partition, r.next, err))
 		_ = sleep(ctx, backoff(attempt))
 	}
 	return nil, time.Time{}, false
@@ -93,7 +95,7 @@ const (
 func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, st *stateTask, nr *partitionReader, head <-chan headFetch, log *slog.Logger) {
 	w := t.w
 	mCh := w.prefetch(fctx, wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
-	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))}
+	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1}
 	m.free = make(chan *encoded, outboxDepth+2)
 	m.out = t.startOutbox(fctx, wg, m.free)
 	// The first fetch comes before any later one (nr is headStart's until
@@ -121,9 +123,24 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 		t.gate.leave()
 		if errors.Is(err, errLookup) && ctx.Err() == nil {
 			// What was joined before the failure is written; the rest
-			// waits in the buffers.
-			log.Warn("cannot look prices up; retrying", "err", err)
-			if sleep(ctx, backoff(lookupFailures)) != nil {
+			// waits in the buffers. Meanwhile the market goes on: another
+			// task (here or on another member) may be waiting for it to
+			// be read past its own notifications, perhaps the very task
+			// this lookup waits for.
+			w.noteTaskErr(t.p, err)
+			delay := backoff(lookupFailures)
+			switch {
+			case errors.Is(err, errRepartitioning):
+				delay = 100 * time.Millisecond
+			case errors.Is(err, errNotReadPast):
+				delay = crossTaskRetry.Delay(lookupFailures)
+				if lookupFailures == crossTaskWarnAfter {
+					log.Warn("notifications of other tasks' symbols wait for those tasks' markets; retrying, this task's market goes on", "err", err)
+				}
+			default:
+				log.Warn("cannot look prices up; retrying", "err", err)
+			}
+			if !m.readMarketFor(ctx, delay, mCh, nCh, ends) {
 				return
 			}
 			lookupFailures++
@@ -195,6 +212,70 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 	}
 }
 
+// A batch that failed because another task's market was not read past
+// one of its notifications yet is retried after crossTaskRetry's delay
+// (its warning logged once it failed crossTaskWarnAfter times in a row).
+var crossTaskRetry = retry.Policy{Min: 20 * time.Millisecond, Max: time.Second}
+
+const crossTaskWarnAfter = 10
+
+// readMarketFor spends d, while a failed lookup waits to be retried,
+// reading the market and applying every tick read at once, ahead of the
+// buffered notifications (ticks are versions: applying them early changes
+// no as-of join), and buffering the notifications fetched. So a task's
+// market never stops because its notifications wait for another task,
+// and no two tasks can wait on each other's markets for ever. It returns
+// false when ctx is done or the store closed.
+func (m *merger) readMarketFor(ctx context.Context, d time.Duration, mCh, nCh <-chan fetched, ends <-chan endCheck) bool {
+	if !m.applyAhead(ctx) {
+		return false
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		nIn := nCh
+		if len(m.nbuf) >= mergeBufferRecords {
+			nIn = nil
+		}
+		select {
+		case f := <-mCh:
+			m.takeMarket(f)
+			if !m.applyAhead(ctx) {
+				return false
+			}
+		case f := <-nIn:
+			m.takeNotifications(f)
+		case e := <-ends:
+			m.takeEndCheck(e)
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// applyAhead applies every buffered tick, within the task's gate, and
+// records the newest timestamp applied ahead (mAheadTs): notifications
+// older than it are joinable without more market (pass).
+func (m *merger) applyAhead(ctx context.Context) bool {
+	if len(m.mbuf) == 0 {
+		return true
+	}
+	if m.enterGate(ctx) != nil {
+		return false
+	}
+	defer m.t.gate.leave()
+	ticks, err := m.st.applyTicks(ctx, m.mbuf, m.st.dlqFrom)
+	if err != nil {
+		return false
+	}
+	m.t.applied(ticks)
+	m.mAheadTs = max(m.mAheadTs, maxTs(m.mbuf))
+	m.mbuf = nil
+	return true
+}
+
 // merger holds the buffered input of one merged task.
 type merger struct {
 	t  *processTask
@@ -202,7 +283,9 @@ type merger struct {
 
 	mbuf, nbuf   []fetchedRecord
 	mNext, nNext int64 // the readers' positions after their last fetch
-	lag          prometheus.Gauge
+	// mAheadTs is the newest timestamp of the ticks applied ahead of the
+	// notifications while a lookup waited (readMarketFor), 0 before.
+	mAheadTs int64
 	// out writes the alerts of joined chunks in order while the merge goes
 	// on; nil writes them synchronously (tests).
 	out chan<- chunk
@@ -264,6 +347,9 @@ func (m *merger) chunkLimit() int {
 }
 
 func (m *merger) progressed() {
+	if m.stallLogged {
+		m.t.counters.waitSince.Store(0) // the wait for the market is over
+	}
 	m.waitStart, m.checked, m.stallLogged = time.Time{}, false, false
 	m.wait++
 }
@@ -407,6 +493,7 @@ func (m *merger) enterGate(ctx context.Context) error {
 
 func (m *merger) takeMarket(f fetched) {
 	m.mNext = f.next
+	m.st.rc.hwm.Store(f.hwm)
 	// A market fetch that reached its high watermark proves nothing about
 	// the notifications: a broker that just became the partition's leader
 	// answers fetches with its stale high watermark, below ticks that the
@@ -440,9 +527,9 @@ func (m *merger) takeNotifications(f fetched) {
 		}
 		m.nbuf = appendRecords(m.nbuf, f.recs)
 	}
-	if f.hwm >= 0 {
-		m.lag.Set(float64(max(f.hwm-f.next, 0) + int64(len(m.nbuf))))
-	}
+	// joiner_task_lag_records is set by watchProgress, from the end
+	// offset and what was acknowledged, whether or not this merge takes
+	// anything.
 }
 
 // appendRecords appends a fetch's records to a merge buffer: an empty
@@ -486,7 +573,9 @@ func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *
 			m.force = true
 			return
 		}
+		m.t.counters.waitTsMs.Store(m.nbuf[0].Time.UnixMilli())
 		if !m.stallLogged {
+			m.t.counters.waitSince.Store(m.waitStart.UnixNano())
 			m.stallLogged = true
 			log.Warn("notifications wait for the market to be read past their time; they are not joined before (the market partition may have no leader)",
 				"notification_ts_ms", m.nbuf[0].Time.UnixMilli(), "market_next_offset", m.mNext, "waited", time.Since(m.waitStart).Round(time.Millisecond))
@@ -599,6 +688,9 @@ func (m *merger) pass(ctx context.Context) error {
 				tick := m.mbuf[0].Time.UnixMilli()
 				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < tick })])
 			}
+		case len(m.nbuf) > 0 && m.nbuf[0].Time.UnixMilli() < m.mAheadTs:
+			// The market was read past these while a lookup waited.
+			err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < m.mAheadTs })])
 		case len(m.nbuf) > 0 && m.force:
 			err = join(m.nbuf[:min(len(m.nbuf), m.chunkLimit())])
 		case len(m.nbuf) > 0 && m.nbuf[0].Offset < m.nCleared:

@@ -14,7 +14,7 @@ import (
 // the outbox as one chunk, not one chunk (and one write) per run: with
 // ticks interleaved, that is what kept writes small and latency high.
 func TestMergePassOneChunkForInterleavedRuns(t *testing.T) {
-	w, pt, _ := newTestWorker(t)
+	_, pt, _ := newTestWorker(t)
 	var mbuf, nbuf []fetchedRecord
 	for i := range 20 {
 		mbuf = append(mbuf, recAt(int64(i), 1000+10*i, fmt.Sprintf(`{"symbol":"BBCA","price":%d}`, i)))
@@ -23,7 +23,7 @@ func TestMergePassOneChunkForInterleavedRuns(t *testing.T) {
 		}
 	}
 	out := make(chan chunk, 100)
-	m := merger{t: pt, st: pt.st, mbuf: mbuf, nbuf: nbuf, force: true, out: out, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	m := merger{t: pt, st: pt.st, mbuf: mbuf, nbuf: nbuf, force: true, out: out}
 	ctx := context.Background()
 	if err := pt.gate.enter(ctx); err != nil {
 		t.Fatal(err)
@@ -51,8 +51,8 @@ func TestMergePassOneChunkForInterleavedRuns(t *testing.T) {
 // offset, asked after the notifications were answered and reached, is the
 // proof; an end the market is not read to proves nothing.
 func TestMergeOnlyTheEndCheckClearsNotifications(t *testing.T) {
-	w, pt, _ := newTestWorker(t)
-	m := merger{t: pt, st: pt.st, mNext: -1, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	_, pt, _ := newTestWorker(t)
+	m := merger{t: pt, st: pt.st, mNext: -1, nNext: -1}
 	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(0, 2000, `{"id":"n0","symbol":"BBCA"}`)}, next: 1, hwm: 1, sent: time.Now()})
 	time.Sleep(time.Millisecond)
 	m.takeMarket(fetched{next: 7, hwm: 7, sent: time.Now()})
@@ -78,8 +78,8 @@ func TestMergeOnlyTheEndCheckClearsNotifications(t *testing.T) {
 // Offsets cleared in a log that was then recreated (its offsets start
 // again lower) clear nothing in the new one.
 func TestMergeClearedForgottenWhenTheLogGoesBack(t *testing.T) {
-	w, pt, _ := newTestWorker(t)
-	m := merger{t: pt, st: pt.st, mNext: -1, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	_, pt, _ := newTestWorker(t)
+	m := merger{t: pt, st: pt.st, mNext: -1, nNext: -1}
 	m.takeNotifications(fetched{recs: []fetchedRecord{recAt(100, 2000, `{"id":"n","symbol":"BBCA"}`)}, next: 101, hwm: 500, sent: time.Now()})
 	m.takeMarket(fetched{next: 5, hwm: 5, sent: time.Now()})
 	m.takeEndCheck(endCheck{market: true, coverN: m.nHwm, end: 5, sent: time.Now()})
@@ -147,7 +147,7 @@ func TestHeadStartAsksTheMarketsEndAfterTheFirstFetch(t *testing.T) {
 	for _, c := range []struct {
 		mNext, cleared int64
 	}{{2, 3}, {1, 0}} {
-		m := merger{t: pt, st: pt.st, mNext: c.mNext, nNext: -1, lag: w.metrics.TaskLag.WithLabelValues("0")}
+		m := merger{t: pt, st: pt.st, mNext: c.mNext, nNext: -1}
 		m.takeNotifications(h.f)
 		m.takeEndCheck(h.e)
 		if m.nCleared != c.cleared {

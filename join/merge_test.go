@@ -35,8 +35,15 @@ func newTestWorker(t testing.TB) (*Processor, *processTask, *kafka.Client) {
 	return w, newProcessTask(w, 0, st), client
 }
 
+// recAt is a record at offset with timestamp ms, keyed as joiner's inputs
+// are: by the symbol of value (none when value has none).
 func recAt(offset int64, ms int, value string) fetchedRecord {
-	return fetchedRecord{Offset: offset, Time: time.UnixMilli(int64(ms)), Value: []byte(value)}
+	var v struct{ Symbol *string }
+	var key []byte
+	if json.Unmarshal([]byte(value), &v) == nil && v.Symbol != nil {
+		key = []byte(*v.Symbol)
+	}
+	return fetchedRecord{Offset: offset, Time: time.UnixMilli(int64(ms)), Key: key, Value: []byte(value)}
 }
 
 // readAlerts returns the alerts written so far, by notification id.
@@ -163,7 +170,6 @@ func TestMergeForceTakesFetchedBatchesFirst(t *testing.T) {
 	_, pt, client := newTestWorker(t)
 	m := merger{t: pt, st: pt.st, mNext: 0, nNext: 1,
 		nbuf: []fetchedRecord{recAt(0, 2000, `{"id":"n","symbol":"BBCA"}`)},
-		lag:  pt.w.metrics.TaskLag.WithLabelValues("0"),
 	}
 	mCh, nCh := make(chan fetched, 1), make(chan fetched, 1)
 	mCh <- fetched{recs: []fetchedRecord{recAt(0, 1500, `{"symbol":"BBCA","price":7}`)}, next: 1}
@@ -192,7 +198,7 @@ func TestMergeForceTakesFetchedBatchesFirst(t *testing.T) {
 // (closing the gate) waits until every chunk handed to it is acknowledged,
 // so the commit it makes covers them.
 func TestOutboxChunksHoldTheGate(t *testing.T) {
-	w, pt, client := newTestWorker(t)
+	_, pt, client := newTestWorker(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -202,7 +208,7 @@ func TestOutboxChunksHoldTheGate(t *testing.T) {
 	for i := range 2*mergeChunk + 10 {
 		nbuf = append(nbuf, recAt(int64(i), 1000+i, fmt.Sprintf(`{"id":"n%d","symbol":"BBCA"}`, i)))
 	}
-	m := merger{t: pt, st: pt.st, nbuf: nbuf, force: true, lag: w.metrics.TaskLag.WithLabelValues("0")}
+	m := merger{t: pt, st: pt.st, nbuf: nbuf, force: true}
 	m.free = make(chan *encoded, outboxDepth+2) // buffers are reused after their write
 	m.out = pt.startOutbox(ctx, &wg, m.free)
 	if err := pt.gate.enter(ctx); err != nil {
@@ -234,7 +240,6 @@ func TestMergeNeverForcesNotificationsPastTheMarket(t *testing.T) {
 	}
 	m := merger{t: pt, st: pt.st, mNext: 0, nNext: 1, waitStart: time.Now().Add(-time.Hour),
 		nbuf: []fetchedRecord{recAt(0, 2000, `{"id":"n","symbol":"BBCA"}`)},
-		lag:  w.metrics.TaskLag.WithLabelValues("0"),
 	}
 	m.idleExpired(context.Background(), make(chan fetched), make(chan fetched), w.log)
 	if m.force {

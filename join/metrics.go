@@ -33,6 +33,17 @@ type Metrics struct {
 	TasksRevoked     prometheus.Counter     // joiner_rebalance_tasks_revoked_total
 	TasksAssigned    prometheus.Counter     // joiner_rebalance_tasks_assigned_total
 	StandbyLag       *prometheus.GaugeVec   // joiner_standby_lag_records{task}
+	Misrouted        prometheus.Counter     // joiner_notifications_misrouted_total
+	TaskStalled      *prometheus.GaugeVec   // joiner_task_stalled{task}
+	PartitionChanges prometheus.Counter     // joiner_partition_changes_total
+
+	// Dead letters the dead-letter topic could not take whole:
+	// joiner_dead_letters_truncated_total{reason} and
+	// joiner_dead_letters_dropped_total{reason}.
+	DeadLettersTruncated *prometheus.CounterVec
+	DeadLettersDropped   *prometheus.CounterVec
+	// joiner_output_blocked
+	OutputBlocked prometheus.Gauge
 }
 
 // Reasons of joiner_restore_records_total: why market records were applied
@@ -84,12 +95,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		TaskLag: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "joiner_task_lag_records",
-			Help: "Notifications of a task not yet processed (high watermark minus next offset).",
+			Help: "Notifications of a task not yet processed: the partition's end offset minus the next offset whose alert is not acknowledged, read every progress interval whether or not the task takes notifications.",
 		}, []string{"task"}),
 		DeadLetters: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "joiner_dead_letters_total",
 			Help: "Malformed input records routed to the dead-letter topic, by reason.",
 		}, []string{"reason"}),
+		DeadLettersTruncated: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_dead_letters_truncated_total",
+			Help: "Dead letters larger than the dead-letter topic's max.message.bytes, written truncated (their headers carry the original size and SHA-256), by reason; each is counted in joiner_dead_letters_total too.",
+		}, []string{"reason"}),
+		DeadLettersDropped: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_dead_letters_dropped_total",
+			Help: "Dead letters the dead-letter topic refused even truncated, or refused as invalid records, and that were dropped (logged at ERROR), by reason; not counted in joiner_dead_letters_total.",
+		}, []string{"reason"}),
+		OutputBlocked: f.NewGauge(prometheus.GaugeOpts{
+			Name: "joiner_output_blocked",
+			Help: "1 while writes of alerts or dead letters fail with an error no retry fixes (authorization, a missing topic: see /readyz and the ERROR log); the tasks hold and retry meanwhile. Else 0.",
+		}),
 		Alerts: f.NewCounter(prometheus.CounterOpts{
 			Name: "joiner_alerts_total",
 			Help: "Enriched alerts acknowledged by the alerts topic.",
@@ -145,6 +168,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "joiner_standby_lag_records",
 			Help: "Market records a standby or warm-up copy lacks: the market partition's end offset (the high watermark of its last fetch) minus the next offset its store lacks.",
 		}, []string{"task"}),
+		Misrouted: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_notifications_misrouted_total",
+			Help: "Notifications joined that were not in their symbol's murmur2 partition (a producer with another partitioner, e.g. librdkafka's CRC32 default, or another key): each was joined exactly, with its symbol's price as of its time from the task that holds the symbol.",
+		}),
+		PartitionChanges: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_partition_changes_total",
+			Help: "Changes of the input topics' partition count seen in this worker's plans: from then on a moved symbol's price is looked up in its new task and in the task that held it under each earlier count.",
+		}),
+		TaskStalled: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "joiner_task_stalled",
+			Help: "1 while a task has unprocessed notifications (joiner_task_lag_records > 0) and has acknowledged none for Config.StallTimeout (--stall-timeout); /readyz fails meanwhile. 0 otherwise.",
+		}, []string{"task"}),
 	}
 	// Pre-create the label values users alert on, so absent series do not
 	// hide a problem.
@@ -157,8 +192,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"active", "restoring", roleStandby, roleWarmup} {
 		m.Tasks.WithLabelValues(r)
 	}
-	for _, r := range []string{record.ReasonInvalidJSON, record.ReasonMissingField, record.ReasonWrongType, record.ReasonOversized, record.ReasonInvalidValue} {
+	for _, r := range record.Reasons {
 		m.DeadLetters.WithLabelValues(r)
+		m.DeadLettersTruncated.WithLabelValues(r)
+		m.DeadLettersDropped.WithLabelValues(r)
 	}
 	return m
 }

@@ -13,6 +13,7 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 	m.TaskLag.WithLabelValues("0").Set(1)
 	m.Records.WithLabelValues("market").Inc()
 	m.StandbyLag.WithLabelValues("0").Set(1)
+	m.TaskStalled.WithLabelValues("0").Set(1)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +29,9 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 		"joiner_joins_total", "joiner_tasks", "joiner_rebalances_total", "joiner_tasks_moved_total",
 		"joiner_restore_records_total", "joiner_restore_seconds", "joiner_task_lag_records", "joiner_dead_letters_total",
 		"joiner_rebalance_pause_seconds", "joiner_rebalance_tasks_revoked_total", "joiner_rebalance_tasks_assigned_total",
-		"joiner_standby_lag_records",
+		"joiner_standby_lag_records", "joiner_notifications_misrouted_total", "joiner_task_stalled",
+		"joiner_partition_changes_total", "joiner_dead_letters_truncated_total", "joiner_dead_letters_dropped_total",
+		"joiner_output_blocked",
 	} {
 		found := false
 		for _, mf := range mfs {

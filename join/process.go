@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,11 @@ type processTask struct {
 	// latestParts partitions: when their count changes it is emptied.
 	latest      map[string]*latestPrice
 	latestParts int
+	// prog is the task's lag and stall state (progress.go).
+	prog progress
+
+	// counters are the task's counts for TaskStatus (taskstatus.go).
+	counters taskCounters
 }
 
 // latestPrice is a symbol's newest version in a merged task's store, and
@@ -86,6 +92,8 @@ func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
 	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{}), gate: newGate()}
 	t.acked.Store(-1)
 	t.ackedTs.Store(-1)
+	t.prog.start.Store(-1)
+	t.counters.nLag.Store(-1)
 	return t
 }
 
@@ -126,12 +134,13 @@ func (t *processTask) run(ctx context.Context) {
 			return
 		}
 		log.Info("processing notifications merged with the market", "from_offset", start, "market_offset", t.st.resumeAt)
+		t.prog.begin(start)
 		t.runMerged(ctx, fctx, &wg, t.st, nr, head, log)
 		return
 	}
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
+	t.prog.begin(start)
 	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
-	lag := w.metrics.TaskLag.WithLabelValues(taskLabel(t.p))
 	lookupFailures := 0
 	for attempt := 0; ctx.Err() == nil; {
 		recs, err := r.fetch(ctx)
@@ -141,14 +150,12 @@ func (t *processTask) run(ctx context.Context) {
 			}
 			log.Warn("fetch failed; retrying", "err", err)
 			w.metrics.FetchErrors.Inc()
+			w.noteTaskErr(t.p, fmt.Errorf("fetching %s-%d: %w", w.cfg.Topics.Notifications, t.p, err))
 			_ = sleep(ctx, backoff(attempt))
 			attempt++
 			continue
 		}
 		attempt = 0
-		if r.hwm >= 0 {
-			lag.Set(float64(max(r.hwm-r.next, 0)))
-		}
 		if len(recs) == 0 {
 			continue
 		}
@@ -161,7 +168,10 @@ func (t *processTask) run(ctx context.Context) {
 			// Not acknowledged: read the batch again.
 			r.next = recs[0].Offset
 			if errors.Is(err, errLookup) {
-				log.Warn("cannot look prices up; retrying the batch", "from_offset", r.next, "err", err)
+				if !errors.Is(err, errRepartitioning) {
+					log.Warn("cannot look prices up; retrying the batch", "from_offset", r.next, "err", err)
+				}
+				w.noteTaskErr(t.p, err)
 				if sleep(ctx, backoff(lookupFailures)) != nil {
 					return
 				}
@@ -192,7 +202,7 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 	if err != nil {
 		return err
 	}
-	return t.flush(ctx, nil, []*encoded{&e}, dead)
+	return t.flush(ctx, &outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}, []*encoded{&e}, dead)
 }
 
 // joinInto decodes recs, joins each notification with its price as of its
@@ -207,8 +217,11 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 // are of one kind.
 func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRecord) ([]deadLetter, error) {
 	w := t.w
+	parts, past := w.mapping()
+	if w.repartitioning(parts) {
+		return nil, fmt.Errorf("%w: %w", errLookup, errRepartitioning)
+	}
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
-	parts := w.partitions()
 	mark := e.mark()
 	e.grow(recs, len(w.cfg.InstanceID))
 	if parts != t.latestParts {
@@ -219,9 +232,15 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		dead   []deadLetter
 		others []record.Alert
 		tasks  []int
+		extras [][]int // per other: more tasks to consult (repartition.go)
 		price  float64
+		// misrouted counts the notifications not in their symbol's
+		// partition.
+		misrouted int
 	)
+	var offs []int64 // of others
 	for _, rec := range recs {
+		e.src = rec.Offset
 		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
 			k := len(e.buf)
 			e.buf = append(e.buf, rec.Key...)
@@ -240,8 +259,8 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		}
 		nTsMs := rec.Time.UnixMilli()
 		// The common join: a symbol of this task (t.latest holds no
-		// other) newer than its newest price, whose alert fields are
-		// encoded once.
+		// other, and no symbol that moved between tasks) newer than its
+		// newest price, whose alert fields are encoded once.
 		c, ok := t.latest[n.Symbol]
 		if ok && c.tick.TimestampMs <= nTsMs {
 			e.addPriced(w.alerts, &n, nTsMs, c.priceFields(), record.ResultLocal)
@@ -249,12 +268,25 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		}
 		a := record.Alert{Notification: n, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
 		q := murmur2.Partition([]byte(n.Symbol), parts)
-		if t.st == nil || q != t.p {
+		if q != t.p {
+			// Its key was not partitioned with murmur2 by symbol (another
+			// partitioner, or another key): joined all the same, from
+			// the task of its symbol (joinAll). Counted once joined (a
+			// failed batch is joined again).
+			misrouted++
+		}
+		var more []int
+		if len(past) > 0 || q != t.p {
+			more = extraTasks(n.Symbol, q, t.p, t.st != nil, past)
+		}
+		if t.st == nil || q != t.p || len(more) > 0 {
 			others = append(others, a)
 			tasks = append(tasks, q)
+			extras = append(extras, more)
+			offs = append(offs, rec.Offset)
 			continue
 		}
-		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
+		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
@@ -264,37 +296,68 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		e.add(w.alerts, &a)
 	}
 	if len(others) > 0 {
-		if err := t.joinAll(ctx, others, tasks); err != nil {
+		if err := t.joinAll(ctx, others, tasks, extras); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
-		e.addAll(w.alerts, others)
+		for i := range others {
+			e.src = offs[i]
+			e.add(w.alerts, &others[i])
+		}
 	}
+	w.metrics.Misrouted.Add(float64(misrouted))
 	return dead, nil
 }
 
 // joinAll looks up the price of each alert's notification as of its
-// timestamp, in place; tasks[i] is the task of alerts[i]'s symbol.
+// timestamp, in place; tasks[i] is the task of alerts[i]'s symbol, and
+// extras[i] (possibly nil) more tasks that may hold ticks of it (moved
+// symbols, misrouted notifications: repartition.go), whose newest as-of
+// version wins.
 // Local lookups are store reads, after the store has been read past the
-// notifications (or to its end; bounded by MaxTaskIdle). The task's own
-// store when it runs merged is already there. Remote lookups are HTTP
-// calls, made concurrently (bounded) so that a batch costs about one round
-// trip; the owner does the same wait.
-func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int) error {
+// notifications (or to its end). The task's own store when it runs merged
+// is already there. Remote lookups are HTTP calls, made concurrently
+// (bounded) so that a batch costs about one round trip; the owner does the
+// same wait.
+//
+// Every wait is bounded. A merged task (a merge loop, whose own market
+// does not advance while it waits) waits crossTaskWait at most, here and
+// at a remote owner, and asks an owner once: on expiry the batch fails
+// with an error wrapping errLookup and ErrNotReadPast, and runMerged
+// retries it later while it reads its own market on. An unmerged task
+// waits up to RemoteTimeout (its own retries of the batch follow).
+func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int, extras [][]int) error {
 	w := t.w
+	merged := t.st != nil
+	limit := w.cfg.RemoteTimeout
+	if merged {
+		limit = crossTaskWait
+	}
 	var newest map[int]int64
-	for i, q := range tasks {
+	wait := func(q int, ts int64) {
 		if t.st == nil || q != t.p {
 			if newest == nil {
 				newest = map[int]int64{}
 			}
-			newest[q] = max(newest[q], alerts[i].NotificationTsMs)
+			newest[q] = max(newest[q], ts)
+		}
+	}
+	for i, q := range tasks {
+		wait(q, alerts[i].NotificationTsMs)
+		for _, c := range extras[i] {
+			wait(c, alerts[i].NotificationTsMs)
 		}
 	}
 	for q, ts := range newest {
 		if st := w.stateTask(q); st != nil {
-			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle); err != nil && ctx.Err() != nil {
-				return err
+			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle, limit); err != nil {
+				switch {
+				case ctx.Err() != nil:
+					return ctx.Err()
+				case errors.Is(err, errNotReadPast):
+					return fmt.Errorf("%w: %w", errLookup, err)
+				}
+				// The task stopped here: lookupIn asks its new owner.
 			}
 		}
 	}
@@ -308,16 +371,38 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		failed  error
 	)
 	fail := func(err error) { errOnce.Do(func() { failed = err }) }
+	// lookup sets alerts[i] from task q, then takes the newest of its
+	// extra tasks' versions.
+	lookup := func(i int, st *stateTask, q int) error {
+		a, price := &alerts[i], &prices[i]
+		if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
+			return err
+		}
+		for _, c := range extras[i] {
+			b := record.Alert{Notification: a.Notification, NotificationTsMs: a.NotificationTsMs, Worker: a.Worker}
+			var bp float64
+			if err := w.lookup(ctx, &b, &bp, c, a.Symbol, a.NotificationTsMs, merged); err != nil {
+				return err
+			}
+			if newerJoin(a, &b) {
+				*price = bp
+				a.Result, a.PriceTsMs, a.Price = b.Result, b.PriceTsMs, nil
+				if b.Price != nil {
+					a.Price = price
+				}
+			}
+		}
+		return nil
+	}
 	// The state task of the last symbol's task: a chunk of a merged task
 	// is mostly its own.
 	lastTask, lastState := -1, (*stateTask)(nil)
 	for i, q := range tasks {
-		a, price := &alerts[i], &prices[i]
 		if q != lastTask {
 			lastTask, lastState = q, w.stateTask(q)
 		}
-		if st := lastState; st != nil {
-			if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs); err != nil {
+		if st := lastState; st != nil && !remoteExtras(w, extras[i]) {
+			if err := lookup(i, st, q); err != nil {
 				fail(err)
 			}
 			continue
@@ -329,7 +414,7 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := w.lookup(ctx, a, price, q, a.Symbol, a.NotificationTsMs); err != nil {
+			if err := lookup(i, w.stateTask(q), q); err != nil {
 				fail(err)
 			}
 		}()
@@ -339,6 +424,17 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		return err
 	}
 	return failed
+}
+
+// remoteExtras reports whether one of tasks is not held here (its lookup
+// is an HTTP call, made concurrently).
+func remoteExtras(w *Processor, tasks []int) bool {
+	for _, c := range tasks {
+		if w.stateTask(c) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // remoteConcurrency bounds the remote lookups in flight per task.

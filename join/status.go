@@ -22,8 +22,9 @@ func counterValue(c prometheus.Counter) int64 {
 	return int64(m.GetCounter().GetValue())
 }
 
-// Ready reports whether the worker has an assignment and every state task
-// it holds has been restored: the /readyz condition.
+// Ready reports whether the worker has an assignment, every state task it
+// holds has been restored and no process task is stalled (progress.go):
+// the /readyz condition.
 func (w *Processor) Ready() (bool, string) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -31,6 +32,9 @@ func (w *Processor) Ready() (bool, string) {
 		return false, "no assignment yet"
 	}
 	if why := w.faultsLocked(); why != "" {
+		return false, why
+	}
+	if why := w.outputFault(); why != "" {
 		return false, why
 	}
 	var waiting []int
@@ -42,6 +46,9 @@ func (w *Processor) Ready() (bool, string) {
 	if len(waiting) > 0 {
 		slices.Sort(waiting)
 		return false, fmt.Sprintf("restoring tasks %v", waiting)
+	}
+	if why := w.stalledLocked(); why != "" {
+		return false, why
 	}
 	return true, "ok"
 }
@@ -78,6 +85,9 @@ type Stats struct {
 	// MovedTotal sums the moved counts of the plans this worker computed
 	// as leader.
 	MovedTotal int64 `json:"moved_total"`
+	// Misrouted counts the notifications joined that were not in their
+	// symbol's murmur2 partition (joiner_notifications_misrouted_total).
+	Misrouted int64 `json:"misrouted"`
 }
 
 // Stats returns a snapshot of the worker's assignment and join counts.
@@ -103,6 +113,7 @@ func (w *Processor) Stats() Stats {
 		RestoredFailover: counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonFailover)),
 		RestoredStandby:  counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonStandby)),
 		RestoredWarmup:   counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonWarmup)),
+		Misrouted:        counterValue(w.metrics.Misrouted),
 	}
 }
 
@@ -120,6 +131,9 @@ type AssignmentView struct {
 	// included), WarmupTasks the warm-ups among them.
 	StandbyTasks []int `json:"standby_tasks"`
 	WarmupTasks  []int `json:"warmup_tasks"`
+	// FailedTasks are the tasks that failed on this member (their store
+	// could not be opened or rebuilt; see TaskStatus).
+	FailedTasks []int `json:"failed_tasks"`
 	// Owners[p] is the instance id owning task p's state.
 	Owners []string `json:"owners"`
 	// Moved is the moved count of this generation's plan.
@@ -154,6 +168,12 @@ func (w *Processor) View() AssignmentView {
 	}
 	for i, o := range a.Owners {
 		v.Owners[i] = o.InstanceID
+	}
+	w.faults.mu.Lock()
+	v.FailedTasks = sortedKeys(w.faults.failed)
+	w.faults.mu.Unlock()
+	if v.FailedTasks == nil {
+		v.FailedTasks = []int{}
 	}
 	v.Ready, _ = w.Ready()
 	return v

@@ -34,11 +34,14 @@
 //	merge.go     the aligned merge of market-p and notifications-p of a merged task
 //	process.go   process tasks: decode, hold, join every notification of a batch
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
+//	repartition.go  partition count changes: a moved symbol's earlier tasks are asked too
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
 //	gate.go      a process task's gate, closed when the task is revoked
 //	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
+//	progress.go  each task's lag from its partition's end, and stalls (no progress with lag)
 //	status.go    readiness, Stats and the assignment view
+//	taskstatus.go  each task's state for the status page, the rebalance history
 //
 // Record formats live in package record, the HTTP API in package httpapi.
 package join
@@ -55,6 +58,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/internal/lograte"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
@@ -90,9 +94,20 @@ type Config struct {
 	// MaxRecordBytes bounds an input record value; larger ones are
 	// dead-lettered. Default: DefaultMaxRecordBytes.
 	MaxRecordBytes int
+	// MaxMessageBytes are the max.message.bytes of the output topics
+	// (node reads them at start), by topic; a topic it does not name is
+	// taken to allow DefaultMaxMessageBytes. An alert larger than its
+	// topic allows is dead-lettered (record.ReasonAlertTooLarge), a dead
+	// letter larger than its topic allows is truncated (see
+	// Processor.writeOutWith).
+	MaxMessageBytes map[string]int
 	// RemoteTimeout bounds one remote price lookup, retries included.
 	// Default: 5s.
 	RemoteTimeout time.Duration
+	// StallTimeout: a task with unprocessed notifications that acknowledges
+	// none for this long is stalled: logged at ERROR, joiner_task_stalled
+	// 1 and /readyz failing until it moves. Default: 1m.
+	StallTimeout time.Duration
 	// HistoryRetention is how much price history a task keeps before its
 	// newest committed notification: every version newer than that, plus
 	// the newest one at or before it. A notification older than the kept
@@ -139,6 +154,15 @@ type Processor struct {
 	alerts  *record.AlertEncoder // of this worker's alerts
 	reg     *prometheus.Registry // nil when Config.Registerer was given
 	remote  *remoteClient
+	// outLog logs dead letters and output failures, one line per kind
+	// per interval.
+	outLog *lograte.Limiter
+	// outBlocked counts the writes failing with an error no retry fixes,
+	// and outFault is the latest such error (/readyz,
+	// joiner_output_blocked); guarded by outMu.
+	outMu      sync.Mutex
+	outBlocked int
+	outFault   string
 
 	member Membership
 
@@ -155,8 +179,16 @@ type Processor struct {
 	states     map[int]*stateTask // active state tasks
 	standbys   map[int]*stateTask // standby and warm-up state tasks
 	procs      map[int]*processTask
-	cancels    map[any]context.CancelFunc
-	tasks      sync.WaitGroup
+	// lastParts is the partition count of the last plan, and pastParts
+	// the earlier counts planned with (repartition.go); kept across a lost
+	// membership.
+	lastParts int
+	pastParts []int
+	// grownFrom is the partition count of the current plan once both
+	// input topics were seen with more (checkGrowth), else 0.
+	grownFrom atomic.Int64
+	cancels   map[any]context.CancelFunc
+	tasks     sync.WaitGroup
 
 	// The join and moved counts of Stats are read from metrics; these two
 	// have no metric of the same meaning.
@@ -164,6 +196,8 @@ type Processor struct {
 	restores        atomic.Int64             // state tasks started
 	commitMu        sync.Mutex               // serializes commits
 	committed       map[string]map[int]int64 // last successful commit; guarded by commitMu
+
+	statusState // taskstatus.go
 }
 
 func isKafkaWriterWithTopic(w Writer) bool {
@@ -204,6 +238,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.FetchMaxWait, 250*time.Millisecond)
 	defDur(&c.RemoteTimeout, 5*time.Second)
 	defDur(&c.HistoryRetention, time.Hour)
+	defDur(&c.StallTimeout, time.Minute)
 	if c.BulkRestoreMin == 0 {
 		c.BulkRestoreMin = restoreLoadMin
 	}
@@ -229,6 +264,7 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("instance", cfg.InstanceID),
 		alerts:   record.NewAlertEncoder(cfg.InstanceID),
+		outLog:   lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},
 		procs:    map[int]*processTask{},
@@ -241,6 +277,7 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	}
 	w.metrics = NewMetrics(reg)
 	w.registerFaultMetrics(reg)
+	w.loadPartitionCounts()
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
 	return w, nil
 }
@@ -263,6 +300,11 @@ func (w *Processor) Run(ctx context.Context, m Membership) error {
 	go func() {
 		defer wg.Done()
 		w.commitLoop(commitCtx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.watchProgress(commitCtx)
 	}()
 	err := m.Run(ctx)
 	// m.Run has left the group (its Rebalancing call committed after the
@@ -314,6 +356,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	}
 	w.mu.Lock()
 	wasActive := w.activeLocked()
+	prev := w.assignment
 	var stopProcs []*processTask
 	for p, t := range w.procs {
 		if !inProc[p] || (t.st != nil) != colocated(p) {
@@ -337,6 +380,17 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 			t.setRole(warm[p])
 		}
 	}
+	// The tasks paused below stay on the status page until they are
+	// handed over.
+	w.handover = map[int]handoverTask{}
+	for _, t := range stopProcs {
+		w.handover[t.p] = handoverTask{pt: t, st: t.st}
+	}
+	for _, t := range stopStates {
+		h := w.handover[t.p]
+		h.st = t
+		w.handover[t.p] = h
+	}
 	w.mu.Unlock()
 	nowActive := map[int]bool{}
 	for p := range inState {
@@ -345,19 +399,20 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	for p := range inProc {
 		nowActive[p] = true
 	}
-	revoked, assigned := 0, 0
+	var revoked, assigned []int
 	for p := range wasActive {
 		if !nowActive[p] {
-			revoked++
+			revoked = append(revoked, p)
 		}
 	}
 	for p := range nowActive {
 		if !wasActive[p] {
-			assigned++
+			assigned = append(assigned, p)
 		}
 	}
-	w.metrics.TasksRevoked.Add(float64(revoked))
-	w.metrics.TasksAssigned.Add(float64(assigned))
+	w.metrics.TasksRevoked.Add(float64(len(revoked)))
+	w.metrics.TasksAssigned.Add(float64(len(assigned)))
+	w.recordRebalance(prev, a, assigned, revoked)
 
 	// Pause the active tasks that stop, commit them, then dispose of their
 	// stores: kept for a role they take here, else closed and deleted.
@@ -366,6 +421,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	for _, t := range stopProcs {
 		w.stopTask(t, t.stopped)
 		w.metrics.TaskLag.DeleteLabelValues(taskLabel(t.p))
+		w.metrics.TaskStalled.DeleteLabelValues(taskLabel(t.p))
 	}
 	for _, t := range stopStates {
 		w.stopTask(t, t.stopped)
@@ -424,7 +480,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 			delete(kept, p)
 			return s, nil
 		}
-		return w.openStore(p)
+		return w.openStore(ctx, p)
 	}
 	w.mu.RLock()
 	for _, p := range wantState {
@@ -476,8 +532,10 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 		}
 	}
 	w.mu.Lock()
+	w.notePartitionsLocked(a.Partitions, a.Error)
 	w.assigned = true
 	w.assignment = a
+	w.handover = nil
 	for _, st := range newStates {
 		w.states[st.p] = st
 	}
@@ -603,11 +661,14 @@ func (w *Processor) Rebalancing(ctx context.Context) {
 func (w *Processor) Lost(_ context.Context, err error) {
 	w.mu.Lock()
 	n := len(w.procs)
+	lost := sortedKeys(w.activeLocked())
 	w.mu.Unlock()
 	w.metrics.TasksLost.Add(float64(n))
 	w.log.Warn("group membership lost: stopping every task without writing or committing more; tasks assigned again restart from the committed offsets",
 		"tasks", n, "err", err)
 	w.stopAll()
+	w.addHistory(RebalanceEvent{At: time.Now(), Generation: w.currentAssignment().Generation, Moved: []TaskMove{},
+		Reason: fmt.Sprintf("membership lost (%v): every task stopped without committing", err), Assigned: []int{}, Revoked: lost})
 	w.mu.Lock()
 	w.states = map[int]*stateTask{}
 	w.standbys = map[int]*stateTask{}
@@ -619,6 +680,7 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.committed = nil
 	w.commitMu.Unlock()
 	w.metrics.TaskLag.Reset()
+	w.metrics.TaskStalled.Reset()
 	w.metrics.StandbyLag.Reset()
 	w.updateTaskGauges()
 }
@@ -635,8 +697,10 @@ func (w *Processor) shuttingDown() bool {
 // pauseTimeout bounds how long a rebalance waits for batches in flight.
 const pauseTimeout = 5 * time.Second
 
-func (w *Processor) openStore(p int) (*statestore.Store, error) {
-	return w.cfg.Stores.OpenTask(p) // rebuilds are counted by the Manager (faults.go)
+// openStore opens the store of p, giving up when ctx ends (a signal while
+// Pebble hangs on a full disk must still stop the worker).
+func (w *Processor) openStore(ctx context.Context, p int) (*statestore.Store, error) {
+	return w.cfg.Stores.OpenTaskContext(ctx, p) // rebuilds are counted by the Manager (faults.go)
 }
 
 func (w *Processor) startTask(key any, run func(context.Context)) {

@@ -66,6 +66,12 @@ func (p *Producer) sendSequenced(ctx context.Context, b *batch) error {
 			return nil
 		}
 		ps.mu.Unlock()
+		if rejectsRecords(err) {
+			// The broker refused the records themselves and wrote
+			// nothing: the sequence number is still free, and send
+			// writes the window again in halves (sendEach).
+			return err
+		}
 		var se *sequenceError
 		if !errors.As(err, &se) {
 			// Retries ran out, or a non-retriable error: whether the

@@ -903,3 +903,40 @@ func testTxnFencedInstance(t *testing.T, e *txnEnv) {
 
 func TestTxnFencedInstance(t *testing.T)           { testTxnFencedInstance(t, kfakeEnv(t)) }
 func TestTxnFencedInstanceRealBroker(t *testing.T) { testTxnFencedInstance(t, realEnv(t)) }
+
+// A transactional batch the broker refuses for a record too large
+// (MESSAGE_TOO_LARGE) wrote nothing: its sequence number is still free,
+// the halves go with it, the transaction stays committable, and a
+// read_committed reader sees every other message once, in order.
+func TestTxnRejectedRecord(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "alerts"),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2000"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	e := &txnEnv{addrs: c.ListenAddrs(), admin: &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Timeout: 10 * time.Second}, kfake: c}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := e.transactional(ctx, t, "rejected-txn", Config{})
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	msgs := messages("alerts", "m", 0, 1, 10)
+	msgs[4].Value = bytes.Repeat([]byte{'B'}, 3000)
+	err = p.WriteMessages(ctx, msgs...)
+	var rej *RejectedError
+	if !errors.As(err, &rej) || len(rej.Rejected) != 1 || rej.Rejected[0].Index != 4 {
+		t.Fatalf("err = %v, want a *RejectedError of message 4", err)
+	}
+	if err := p.WriteMessages(ctx, messages("alerts", "after", 0, 1, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"m-0", "m-1", "m-2", "m-3", "m-5", "m-6", "m-7", "m-8", "m-9", "after-0", "after-1"}
+	if got := e.readCommitted(t, "alerts"); !slices.Equal(got, want) {
+		t.Errorf("read_committed: %q, want %q", got, want)
+	}
+}

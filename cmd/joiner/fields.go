@@ -26,6 +26,8 @@ var fieldFlags = map[string][]string{
 	"PeerCAFile":     {"http-tls-ca-file", "tls-ca-file"},
 	"RetryTimeout":   {"retry-timeout"},
 	"Dirs":           {"state-dir"},
+	"MinFreeBytes":   {"state-min-free-bytes"},
+	"OpenTimeout":    {"state-open-timeout"},
 
 	"Workers":                {"workers"},
 	"Symbols":                {"symbols"},

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/joiner-dev/joiner/internal/buildinfo"
 	"github.com/joiner-dev/joiner/internal/gctune"
@@ -43,7 +44,20 @@ func commands() map[string]command {
 
 func main() {
 	gctune.Apply() // the GC's target: 200% unless GOGC is set
+	defer exitOnPanic(os.Stderr, os.Exit)
 	os.Exit(dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// exitOnPanic makes a panic of the main goroutine a runtime failure, exit
+// 1 with one line and the stack, instead of Go's exit 2, which joiner
+// keeps for usage errors. A panic in another goroutine cannot be caught
+// here: the faults known to panic there (Pebble on a failed WAL write) are
+// caught where they happen (statestore's faultFS).
+func exitOnPanic(stderr io.Writer, exit func(int)) {
+	if r := recover(); r != nil {
+		fmt.Fprintf(stderr, "joiner: internal error: %v\n%s", r, debug.Stack())
+		exit(1)
+	}
 }
 
 func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

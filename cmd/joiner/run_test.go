@@ -5,6 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -56,6 +59,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"zero probing interval", []string{"--probing-rebalance-interval", "0s"}, nil, "--probing-rebalance-interval"},
 		{"zero max task idle", []string{"--max-task-idle", "0s"}, nil, "--max-task-idle"},
 		{"zero commit interval", []string{"--commit-interval", "0s"}, nil, "--commit-interval"},
+		{"zero stall timeout", []string{"--stall-timeout", "0s"}, nil, "--stall-timeout"},
 		{"bad duration from env", nil, map[string]string{"JOINER_COMMIT_INTERVAL": "soon"}, "JOINER_COMMIT_INTERVAL"},
 		{"zero startup timeout", []string{"--startup-timeout", "0s"}, nil, "--startup-timeout"},
 		{"unknown start offset", []string{"--start-offset", "beginning"}, nil, "--start-offset"},
@@ -183,6 +187,38 @@ func TestBulkRestoreMin(t *testing.T) {
 	} {
 		if got := bulkRestoreMin(tc.flag); got != tc.want {
 			t.Errorf("bulkRestoreMin(%d) = %d, want %d", tc.flag, got, tc.want)
+		}
+	}
+}
+
+// Row "a state dir that cannot be used at start": `joiner run` exits 1 at
+// once, before it reaches Kafka (nothing listens at the broker address),
+// with one line naming the dir and the errno. A path under a file is
+// unusable for everyone; as root, so is a read-only mount.
+func TestRunUnusableStateDirExits1(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ dir, errno string }{{filepath.Join(file, "state"), "ENOTDIR"}}
+	if ro := t.TempDir(); os.Geteuid() == 0 && exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", ro).Run() == nil {
+		t.Cleanup(func() { _ = exec.Command("umount", ro).Run() })
+		cases = append(cases, struct{ dir, errno string }{ro, "EROFS"})
+	} else {
+		t.Log("not root or mount failed: the read-only mount case is skipped")
+	}
+	for _, tc := range cases {
+		var stderr bytes.Buffer
+		start := time.Now()
+		code := dispatch([]string{"run", "--brokers", "127.0.0.1:1", "--http-addr", "127.0.0.1:0", "--startup-timeout", "30s",
+			"--group", "g", "--state-dir", t.TempDir() + "," + tc.dir}, nil, io.Discard, &stderr)
+		out := strings.TrimSpace(stderr.String())
+		if code != 1 || time.Since(start) > 5*time.Second {
+			t.Errorf("%s: exit %d after %s, want 1 at once; stderr:\n%s", tc.dir, code, time.Since(start), out)
+		}
+		want := "state dir " + filepath.Join(tc.dir, "g") + " cannot be used"
+		if strings.Contains(out, "\n") || !strings.Contains(out, want) || !strings.Contains(out, "errno "+tc.errno) || !strings.Contains(out, "--state-dir") {
+			t.Errorf("%s: stderr is not one line naming %q, errno %s and --state-dir:\n%s", tc.dir, want, tc.errno, out)
 		}
 	}
 }

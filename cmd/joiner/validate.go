@@ -147,8 +147,11 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.positiveDuration("probing-rebalance-interval", cfg.ProbingRebalanceInterval)
 	c.positiveDuration("max-task-idle", cfg.MaxTaskIdle)
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
+	c.positiveDuration("stall-timeout", cfg.StallTimeout)
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
 	c.positiveDuration("corrupt-retention", cfg.CorruptRetention)
+	c.nonNegative("state-min-free-bytes", cfg.MinFreeBytes)
+	c.positiveDuration("state-open-timeout", cfg.StoreOpenTimeout)
 	c.oneOf("start-offset", cfg.StartOffset, join.StartEarliest, join.StartLatest)
 	return c.err()
 }

@@ -51,6 +51,11 @@ type Config struct {
 	// RoundInterval is both the time a round spans in record timestamps
 	// and its pace on the wall clock. Default: 50ms.
 	RoundInterval time.Duration
+	// Misrouted is the share of notifications written with librdkafka's
+	// default partitioner (CRC32 of the key, kafka-go's CRC32Balancer)
+	// instead of murmur2: about 1-1/partitions of them land outside their
+	// symbol's partition. Default: 0.
+	Misrouted float64
 }
 
 func (c *Config) defaults() {
@@ -99,6 +104,7 @@ type Workload struct {
 	notifications map[string]notification
 	ids           []string
 	exactTs       int // notifications with the timestamp of a tick of their symbol
+	misrouted     []string
 }
 
 // Produced returns the ids of the notifications produced so far, in order.
@@ -156,7 +162,7 @@ func NewProducer(addrs []string, transport kafka.RoundTripper, topics Topics, cf
 		w: &kafka.Writer{
 			Addr:         kafka.TCP(addrs...),
 			Transport:    transport,
-			Balancer:     &murmur2.Balancer{},
+			Balancer:     misrouter{},
 			RequiredAcks: kafka.RequireAll,
 			BatchSize:    10000,
 			BatchBytes:   16 << 20,
@@ -165,6 +171,47 @@ func NewProducer(addrs []string, transport kafka.RoundTripper, topics Topics, cf
 		},
 		wl: &Workload{ticks: map[string][]tick{}, notifications: map[string]notification{}},
 	}
+}
+
+// misrouteHeader marks the notifications misrouter partitions with CRC32.
+const misrouteHeader = "oracle-partitioner"
+
+// misrouter partitions with murmur2, or with CRC32 (librdkafka's default)
+// the messages that carry misrouteHeader.
+type misrouter struct{}
+
+func (misrouter) Balance(msg kafka.Message, partitions ...int) int {
+	for _, h := range msg.Headers {
+		if h.Key == misrouteHeader {
+			return kafka.CRC32Balancer{}.Balance(msg, partitions...)
+		}
+	}
+	return (&murmur2.Balancer{}).Balance(msg, partitions...)
+}
+
+// MisroutedTo reports whether a notification of symbol written with CRC32
+// lands outside its murmur2 partition among n.
+func MisroutedTo(symbol string, n int) bool {
+	m := kafka.Message{Key: []byte(symbol)}
+	ps := make([]int, n)
+	for i := range ps {
+		ps[i] = i
+	}
+	return kafka.CRC32Balancer{}.Balance(m, ps...) != (&murmur2.Balancer{}).Balance(m, ps...)
+}
+
+// Symbol returns the symbol of notification id.
+func (w *Workload) Symbol(id string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.notifications[id].symbol
+}
+
+// Misrouted returns the ids of the notifications written with CRC32.
+func (w *Workload) Misrouted() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.misrouted)
 }
 
 // Workload is the producer's workload, growing while Run runs.
@@ -248,15 +295,20 @@ func (p *Producer) Run(ctx context.Context) error {
 		}
 		sort.SliceStable(notes, func(i, j int) bool { return notes[i].ts < notes[j].ts })
 		nmsgs := make([]kafka.Message, 0, len(notes))
-		var ids []string
+		var ids, crc []string
 		for _, n := range notes {
 			nid++
 			id := fmt.Sprintf("%s-%d", c.IDPrefix, nid)
 			ids = append(ids, id)
-			nmsgs = append(nmsgs, kafka.Message{
+			m := kafka.Message{
 				Topic: p.topics.Notifications, Key: []byte(n.symbol), Time: time.UnixMilli(n.ts),
 				Value: record.AppendNotification(nil, &record.Notification{ID: id, User: fmt.Sprintf("u-%d", nid%97), Symbol: n.symbol, Text: fmt.Sprintf("round %d", r)}),
-			})
+			}
+			if c.Misrouted > 0 && rng.Float64() < c.Misrouted {
+				m.Headers = []kafka.Header{{Key: misrouteHeader, Value: []byte("crc32")}}
+				crc = append(crc, id)
+			}
+			nmsgs = append(nmsgs, m)
 		}
 
 		if err := p.w.WriteMessages(ctx, msgs...); err != nil {
@@ -275,6 +327,7 @@ func (p *Producer) Run(ctx context.Context) error {
 			p.wl.notifications[id] = notification{notes[i].symbol, notes[i].ts}
 		}
 		p.wl.ids = append(p.wl.ids, ids...)
+		p.wl.misrouted = append(p.wl.misrouted, crc...)
 		p.wl.exactTs += exact
 		p.wl.mu.Unlock()
 		p.mu.Lock()

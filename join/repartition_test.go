@@ -1,0 +1,147 @@
+package join
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/record"
+	"github.com/segmentio/kafka-go"
+)
+
+// movedSymbol returns a symbol whose task among from partitions differs
+// from its task among to.
+func movedSymbol(t *testing.T, from, to int) string {
+	t.Helper()
+	for i := range 1000 {
+		s := "M" + string(rune('A'+i%26)) + string(rune('A'+i/26))
+		if SymbolTask(s, from) != SymbolTask(s, to) {
+			return s
+		}
+	}
+	t.Fatal("no moved symbol")
+	return ""
+}
+
+// TestLookupAcrossPartitionChange: both topics go from 2 to 3 partitions.
+// A moved symbol's history before the change is in its old task's store,
+// its later ticks in its new task's: each notification after the change
+// gets the newest of the two as-of versions, whichever store holds it; and
+// a worker restarted on the same state dir still knows the old count.
+func TestLookupAcrossPartitionChange(t *testing.T) {
+	r := newFakeRig(t)
+	s := movedSymbol(t, 2, 3)
+	oldP, newP := SymbolTask(s, 2), SymbolTask(s, 3)
+	r.f.produce("market", oldP, 1000, s, tickJSON(s, 1))
+	r.f.produce("market", oldP, 3000, s, tickJSON(s, 3)) // a producer that still used the old count
+	r.w.Assigned(context.Background(), allTasks(1, 2))
+	waitFor(t, "the tasks restored", func() bool { st := r.w.stateTask(oldP); return st != nil && st.isRestored() })
+	r.w.Assigned(context.Background(), allTasks(2, 3))
+	r.f.produce("market", newP, 2000, s, tickJSON(s, 2))
+	for _, n := range []struct {
+		id string
+		ts int64
+	}{{"before-new", 1500}, {"after-new", 2500}, {"after-old", 3500}} {
+		r.f.produce("notifications", newP, n.ts, s, noteJSON(n.id, s))
+	}
+	waitFor(t, "3 alerts", func() bool { return len(r.out.byTopic("alerts")) == 3 })
+	want := map[string]float64{"before-new": 1, "after-new": 2, "after-old": 3}
+	for _, m := range r.out.byTopic("alerts") {
+		var a record.Alert
+		if err := json.Unmarshal(m.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Price == nil || *a.Price != want[a.ID] || a.Result != record.ResultLocal {
+			t.Errorf("alert %s: want local price %v", m.Value, want[a.ID])
+		}
+	}
+	if n := counterValue(r.w.metrics.PartitionChanges); n != 1 {
+		t.Errorf("joiner_partition_changes_total = %d, want 1", n)
+	}
+	// A restart on the same state dirs knows the old count.
+	w2, err := NewProcessor(Config{Client: r.f, Writer: r.out, Stores: r.w.cfg.Stores, InstanceID: "w2", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parts, past := w2.lastParts, w2.pastParts; parts != 3 || !slices.Equal(past, []int{2}) {
+		t.Errorf("after a restart: last count %d, past %v; want 3 and [2]", parts, past)
+	}
+}
+
+// metaFetcher is a fakeFetcher with partition counts (Metadata), as a
+// *kafka.Client has.
+type metaFetcher struct {
+	*fakeFetcher
+	mu     sync.Mutex
+	counts int
+}
+
+func (f *metaFetcher) setCount(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts = n
+}
+
+func (f *metaFetcher) Metadata(_ context.Context, req *kafka.MetadataRequest) (*kafka.MetadataResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	res := &kafka.MetadataResponse{}
+	for _, name := range req.Topics {
+		res.Topics = append(res.Topics, kafka.Topic{Name: name, Partitions: make([]kafka.Partition, f.counts)})
+	}
+	return res, nil
+}
+
+// TestJoinsWaitForTheReplan: both topics grew from 2 to 3 partitions and
+// producers switched one by one: a tick of a moved symbol was written with
+// the new count (to its new partition) before a notification of it
+// written with the old one. Looked up under the old count alone, the
+// notification would get the older price; seen the growth, the worker
+// joins nothing until the group replans, then the exact price.
+func TestJoinsWaitForTheReplan(t *testing.T) {
+	var mf *metaFetcher
+	r := newFakeRig(t, func(c *Config) {
+		mf = &metaFetcher{fakeFetcher: c.Client.(*fakeFetcher), counts: 2}
+		c.Client = mf
+		c.StallTimeout = 200 * time.Millisecond // the growth is checked every 50ms
+	})
+	s := movedSymbol(t, 2, 3)
+	oldP, newP := SymbolTask(s, 2), SymbolTask(s, 3)
+	r.f.produce("market", oldP, 1000, s, tickJSON(s, 1))
+	r.w.Assigned(context.Background(), allTasks(1, 2))
+	waitFor(t, "the tasks restored", func() bool { st := r.w.stateTask(oldP); return st != nil && st.isRestored() })
+	mf.setCount(3)
+	waitFor(t, "the growth seen", func() bool { return r.w.repartitioning(2) })
+	r.f.produce("market", newP, 2000, s, tickJSON(s, 2))
+	r.f.produce("notifications", oldP, 2500, s, noteJSON("n", s))
+	time.Sleep(200 * time.Millisecond)
+	if n := len(r.out.byTopic("alerts")); n != 0 {
+		t.Fatalf("%d alerts joined before the replan", n)
+	}
+	r.w.Assigned(context.Background(), allTasks(2, 3))
+	waitFor(t, "the alert", func() bool { return len(r.out.byTopic("alerts")) == 1 })
+	var a record.Alert
+	if err := json.Unmarshal(r.out.byTopic("alerts")[0].Value, &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Price == nil || *a.Price != 2 || a.PriceTsMs != 2000 {
+		t.Errorf("alert %s: want the price 2 from 2000, written with the new count", r.out.byTopic("alerts")[0].Value)
+	}
+}
+
+// allTasks is generation gen's assignment of every one of n tasks, merged.
+func allTasks(gen int32, n int) group.Assignment {
+	ps := make([]int, n)
+	for i := range ps {
+		ps[i] = i
+	}
+	a := assignment(gen, ps, ps)
+	a.Partitions = n
+	return a
+}
