@@ -187,3 +187,56 @@ func assertPlateau(t *testing.T, samples []growthSample) {
 		}
 	}
 }
+
+// TestPruneFlushesTheMemtable checks when Prune has the memtable flushed:
+// a minute after the last flush if it deleted anything, not sooner (below
+// pruneFlushDeletes), and never when it deleted nothing.
+func TestPruneFlushesTheMemtable(t *testing.T) {
+	m := openManager(t, Options{Dirs: []string{t.TempDir()}})
+	s := openTask(t, m, 0)
+	flushes := func() int64 { return s.db.Metrics().Flush.Count }
+	var off int64
+	apply := func(ts ...int64) {
+		t.Helper()
+		var ticks []Tick
+		for _, x := range ts {
+			ticks = append(ticks, Tick{"X", float64(x), x, off})
+			off++
+		}
+		if err := s.Apply(ticks, off-1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prune := func(cut int64, wantFlush bool) {
+		t.Helper()
+		before := flushes()
+		if _, err := s.Prune(cut); err != nil {
+			t.Fatal(err)
+		}
+		if !wantFlush {
+			// A flush is started, not waited for: give one time to show.
+			time.Sleep(200 * time.Millisecond)
+			if got := flushes(); got != before {
+				t.Fatalf("Prune(%d) flushed the memtable (%d flushes, before %d)", cut, got, before)
+			}
+			return
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for flushes() == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("Prune(%d) did not flush the memtable a minute after the last flush", cut)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	apply(10, 20, 30, 40)
+	prune(25, false) // deleted 10, but the store was opened just now
+	s.flushedAt = time.Now().Add(-pruneFlushEvery - time.Second)
+	prune(25, false) // nothing more to delete
+	prune(35, true)  // deleted 20
+	apply(50, 60)
+	prune(55, false) // deleted 30 and 40, a moment after the flush
+	if tk, m := mustAsOf(t, s, "X", 55); m != AsOf || tk.Price != 50 {
+		t.Errorf("X as of 55 = %+v %v, want 50", tk, m)
+	}
+}

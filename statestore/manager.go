@@ -360,7 +360,7 @@ func (m *Manager) openStore(task int, dir string) (*Store, error) {
 	if m.opts.Sync {
 		wo = pebble.Sync
 	}
-	s := &Store{task: task, dir: dir, mgr: m, db: db, popts: popts, sync: wo}
+	s := &Store{task: task, dir: dir, mgr: m, db: db, popts: popts, sync: wo, flushedAt: time.Now()}
 	s.applied.Store(off)
 	return s, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -77,8 +78,10 @@ type Store struct {
 	applied atomic.Int64
 	order   applyOrder // Apply's, under applyMu
 	// prunedSinceFlush counts the versions Prune deleted since it last
-	// had the memtable flushed (see flushPruned), under applyMu.
+	// had the memtable flushed at flushedAt (or the store opened), under
+	// applyMu: see flushPruned.
 	prunedSinceFlush int
+	flushedAt        time.Time
 
 	// latest caches the newest version of the symbols looked up, so that
 	// the common lookup (a notification newer than its symbol's latest
@@ -438,23 +441,31 @@ func (s *Store) Prune(cutMs int64) (int, error) {
 	return pruned, nil
 }
 
-// pruneFlushDeletes is how many versions Prune deletes before it has the
-// memtable flushed. Until the flush, every deleted version is still in the
-// memtable next to its deletion, and each Prune (and a lookup before the
-// oldest kept version) steps over all of them: a 32 MiB memtable holds
-// hours of a quiet market's deletions. A flush drops every version deleted
-// in the same memtable, and compactions then drop the deletions.
-const pruneFlushDeletes = 50_000
+// Prune has the memtable flushed once it deleted pruneFlushDeletes
+// versions since the last flush, or pruneFlushEvery after the last flush
+// when it deleted any. Until the flush, every deleted version is still in
+// the memtable and the WAL next to its deletion, and each Prune (and a
+// lookup before the oldest kept version) steps over all of them: a 32 MiB
+// memtable holds hours of a quiet market's deletions, and the WAL as much
+// on disk. A flush drops every version deleted in the same memtable, and
+// compactions then drop the deletions. So the memtable and the WAL hold at
+// most a minute of ticks and deletions (or 50,000 deletions, at high tick
+// rates), besides what the market writes between prunes.
+const (
+	pruneFlushDeletes = 50_000
+	pruneFlushEvery   = time.Minute
+)
 
 // flushPruned counts the versions a Prune deleted and starts a memtable
-// flush, without waiting for it, once there are pruneFlushDeletes since the
-// last. The caller holds applyMu.
+// flush, without waiting for it, when pruneFlushDeletes or pruneFlushEvery
+// say so. The caller holds applyMu.
 func (s *Store) flushPruned(deleted int) {
 	s.prunedSinceFlush += deleted
-	if s.prunedSinceFlush < pruneFlushDeletes {
+	now := time.Now()
+	if s.prunedSinceFlush < pruneFlushDeletes && now.Sub(s.flushedAt) < pruneFlushEvery {
 		return
 	}
-	s.prunedSinceFlush = 0
+	s.prunedSinceFlush, s.flushedAt = 0, now
 	if _, err := s.db.AsyncFlush(); err != nil {
 		s.mgr.log.Warn("statestore: flushing the memtable after pruning failed; the next prunes retry", "task", s.task, "dir", s.dir, "err", err)
 	}
