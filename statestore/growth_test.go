@@ -189,7 +189,7 @@ func assertPlateau(t *testing.T, samples []growthSample) {
 }
 
 // TestPruneFlushesTheMemtable checks when Prune has the memtable flushed:
-// a minute after the last flush if it deleted anything, not sooner (below
+// pruneFlushEvery after the last flush if it deleted anything, not sooner (below
 // pruneFlushDeletes), and never when it deleted nothing.
 func TestPruneFlushesTheMemtable(t *testing.T) {
 	m := openManager(t, Options{Dirs: []string{t.TempDir()}})
@@ -224,7 +224,7 @@ func TestPruneFlushesTheMemtable(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for flushes() == before {
 			if time.Now().After(deadline) {
-				t.Fatalf("Prune(%d) did not flush the memtable a minute after the last flush", cut)
+				t.Fatalf("Prune(%d) did not flush the memtable %s after the last flush", cut, pruneFlushEvery)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -445,15 +445,17 @@ func (s *Store) Prune(cutMs int64) (int, error) {
 // versions since the last flush, or pruneFlushEvery after the last flush
 // when it deleted any. Until the flush, every deleted version is still in
 // the memtable and the WAL next to its deletion, and each Prune (and a
-// lookup before the oldest kept version) steps over all of them: a 32 MiB
+// lookup before the oldest kept version) steps over all of them: a
 // memtable holds hours of a quiet market's deletions, and the WAL as much
 // on disk. A flush drops every version deleted in the same memtable, and
 // compactions then drop the deletions. So the memtable and the WAL hold at
-// most a minute of ticks and deletions (or 50,000 deletions, at high tick
-// rates), besides what the market writes between prunes.
+// most 30 s of ticks and deletions (or 50,000 deletions, or a full
+// memtable, at high tick rates), besides what the market writes between
+// prunes; and the memtable reaches its full size (it doubles at each
+// flush from 256 KiB) within minutes, after which the heap stays flat.
 const (
 	pruneFlushDeletes = 50_000
-	pruneFlushEvery   = time.Minute
+	pruneFlushEvery   = 30 * time.Second
 )
 
 // flushPruned counts the versions a Prune deleted and starts a memtable
