@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,12 +26,13 @@ type growthRun struct {
 
 // growthSample is the state of the store at one simulated second.
 type growthSample struct {
-	sec   int
-	heap  uint64        // Go heap in use after a GC
-	mem   uint64        // Pebble's memtables (off the Go heap with cgo)
-	disk  int64         // bytes in the store's dir
-	cpu   time.Duration // process CPU since the previous sample
-	ticks int           // ticks applied since the previous sample
+	sec    int
+	heap   uint64        // Go heap in use after a GC
+	mem    uint64        // Pebble's memtables (off the Go heap with cgo)
+	disk   int64         // bytes in the store's dir
+	tables int64         // of them, in sstables
+	cpu    time.Duration // process CPU since the previous sample
+	ticks  int           // ticks applied since the previous sample
 }
 
 func (g growthRun) run(t testing.TB) []growthSample {
@@ -80,7 +82,7 @@ func (g growthRun) run(t testing.TB) []growthSample {
 			pm := s.db.Metrics()
 			cpu := processCPU()
 			out = append(out, growthSample{
-				sec: sec + 1, heap: ms.HeapInuse, mem: pm.MemTable.Size, disk: dirBytes(t, s.Dir()),
+				sec: sec + 1, heap: ms.HeapInuse, mem: pm.MemTable.Size, disk: dirBytes(t, s.Dir(), ""), tables: dirBytes(t, s.Dir(), ".sst"),
 				cpu: cpu - cpu0, ticks: ticks,
 			})
 			cpu0, ticks = cpu, 0
@@ -89,17 +91,17 @@ func (g growthRun) run(t testing.TB) []growthSample {
 	return out
 }
 
-// dirBytes is the size of the files under dir.
-func dirBytes(t testing.TB, dir string) int64 {
+// dirBytes is the size of the files under dir whose names end in suffix.
+func dirBytes(t testing.TB, dir, suffix string) int64 {
 	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if os.IsNotExist(err) {
 				return nil // a file Pebble deleted while walking
 			}
 			return err
 		}
-		if info, err := d.Info(); err == nil && !d.IsDir() {
+		if info, err := d.Info(); err == nil && !d.IsDir() && strings.HasSuffix(path, suffix) {
 			n += info.Size()
 		}
 		return nil
@@ -111,8 +113,8 @@ func dirBytes(t testing.TB, dir string) int64 {
 }
 
 func (s growthSample) String() string {
-	return fmt.Sprintf("t=%4ds heap=%6.1fMB memtables=%6.1fMB disk=%6.1fMB cpu/tick=%5.2fµs",
-		s.sec, float64(s.heap)/1e6, float64(s.mem)/1e6, float64(s.disk)/1e6,
+	return fmt.Sprintf("t=%4ds heap=%6.1fMB memtables=%6.1fMB disk=%6.1fMB (tables %5.1fMB) cpu/tick=%5.2fµs",
+		s.sec, float64(s.heap)/1e6, float64(s.mem)/1e6, float64(s.disk)/1e6, float64(s.tables)/1e6,
 		float64(s.cpu.Microseconds())/float64(max(s.ticks, 1)))
 }
 
@@ -125,15 +127,31 @@ func (s growthSample) String() string {
 // the middle third. A range deletion per symbol per prune grew the heap to
 // 300 MB and the CPU per tick 40-fold in 300 seconds of this run.
 //
-// JOINER_STORE_GROWTH_SECONDS runs it longer; -v prints the samples.
+// JOINER_STORE_GROWTH_SECONDS runs it longer, and _RATE (ticks per
+// simulated second), _RETENTION (seconds) and _SYMBOLS change the market;
+// -v prints the samples.
 func TestPruneKeepsTheStoreBounded(t *testing.T) {
 	g := growthRun{symbols: 500, rate: 2000, retention: 20, pruneEvry: 1, seconds: 360, sampleEvery: 20}
-	if v := os.Getenv("JOINER_STORE_GROWTH_SECONDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 120 {
-			t.Fatalf("JOINER_STORE_GROWTH_SECONDS=%q: want a number of seconds ≥ 120", v)
+	for _, e := range []struct {
+		name string
+		dst  *int
+		min  int
+	}{
+		{"JOINER_STORE_GROWTH_SECONDS", &g.seconds, 120},
+		{"JOINER_STORE_GROWTH_RATE", &g.rate, 100},
+		{"JOINER_STORE_GROWTH_RETENTION", &g.retention, 1},
+		{"JOINER_STORE_GROWTH_SYMBOLS", &g.symbols, 1},
+	} {
+		if v := os.Getenv(e.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < e.min {
+				t.Fatalf("%s=%q: want a number ≥ %d", e.name, v, e.min)
+			}
+			*e.dst = n
 		}
-		g.seconds = n
+	}
+	if g.seconds < 3*g.retention {
+		t.Fatalf("a run of %d s for a retention of %d s: want at least 3 retentions", g.seconds, g.retention)
 	}
 	samples := g.run(t)
 	for _, s := range samples {
