@@ -4,13 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/oracle"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -47,6 +46,19 @@ func TestIntegrationCompactedMarketRestore(t *testing.T) {
 			t.Fatalf("compacting %s: %v", c.market, r.Error)
 		}
 	}
+	// The workers' start check must see the new configs.
+	c.poll("the market topic's configs", 30*time.Second, func() (bool, string) {
+		r, err := c.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{
+			{ResourceType: kafka.ResourceTypeTopic, ResourceName: c.market, ConfigNames: []string{"cleanup.policy", "segment.ms"}}}})
+		if err != nil || len(r.Resources) != 1 {
+			return false, fmt.Sprint(err)
+		}
+		got := map[string]string{}
+		for _, e := range r.Resources[0].ConfigEntries {
+			got[e.ConfigName] = e.ConfigValue
+		}
+		return got["cleanup.policy"] == "compact" && got["segment.ms"] == "2000", fmt.Sprint(got)
+	})
 	c.flags = []string{"--history-retention", "10s"}
 	w1 := c.start("w1")
 	c.waitStable([]*worker{w1}, 0, 60*time.Second)
@@ -58,20 +70,32 @@ func TestIntegrationCompactedMarketRestore(t *testing.T) {
 	produced := make(chan error, 1)
 	go func() { produced <- p.Run(ctx) }()
 
-	// Wait until the cleaner removed a good share of the ticks.
-	var kept, ticks int
-	c.poll("compaction of the market topic", 120*time.Second, func() (bool, string) {
+	// Wait until the cleaner removed a good share of the records: the
+	// topic holds fewer than its offsets span.
+	var kept int
+	var span int64
+	c.poll("compaction of the market topic", 150*time.Second, func() (bool, string) {
 		select {
 		case err := <-produced:
 			t.Fatalf("the load ended before the market topic was compacted (%v)", err)
 		default:
 		}
-		_, ticks, _ = p.Workload().Counts()
-		kept = countRecords(ctx, c, c.market)
+		ends, err := c.endOffsets(ctx, c.market)
+		if err != nil {
+			return false, err.Error()
+		}
+		span = 0
+		for _, e := range ends {
+			span += e
+		}
+		if kept, err = countRecords(ctx, c, c.market); err != nil {
+			return false, err.Error()
+		}
 		time.Sleep(2 * time.Second)
-		return ticks >= 3000 && float64(kept) < 0.7*float64(ticks), "market topic holds " + strconv.Itoa(kept) + " of " + strconv.Itoa(ticks) + " ticks produced"
+		return span >= 3000 && float64(kept) < 0.7*float64(span), fmt.Sprintf("the market topic holds %d records over %d offsets", kept, span)
 	})
-	t.Logf("compacted: the market topic holds %d records of %d ticks produced", kept, ticks)
+	_, ticks, _ := p.Workload().Counts()
+	t.Logf("compacted: the market topic holds %d records over %d offsets (%d ticks produced so far)", kept, span, ticks)
 
 	// The takeover, bulk-loading each store: ranges read at once from
 	// offsets that may fall in a gap.
@@ -108,18 +132,42 @@ func TestIntegrationCompactedMarketRestore(t *testing.T) {
 	c.stop(w2)
 }
 
-// countRecords reads every partition of topic from its start and counts
-// its records.
-func countRecords(ctx context.Context, c *cluster, topic string) int {
-	r := testkit.NewTopicReader(c.client, topic, c.partitions)
+// countRecords reads every partition of topic from its start to its end
+// offset and counts its records (offsets a compaction emptied hold none).
+func countRecords(ctx context.Context, c *cluster, topic string) (int, error) {
+	ends, err := c.endOffsets(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
 	total := 0
-	for {
-		n, err := r.Poll(ctx, func(kafka.Record, []byte) {})
-		total += n
-		if n == 0 || err != nil {
-			return total
+	for p, end := range ends {
+		for next := int64(0); next < end; {
+			res, err := c.client.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p, Offset: next, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond})
+			if err != nil {
+				return 0, err
+			}
+			if res.Error != nil {
+				return 0, res.Error
+			}
+			n := 0
+			for {
+				rec, err := res.Records.ReadRecord()
+				if err != nil {
+					break
+				}
+				if rec.Offset < next || rec.Offset >= end {
+					continue
+				}
+				next = rec.Offset + 1
+				n++
+			}
+			if n == 0 {
+				break
+			}
+			total += n
 		}
 	}
+	return total, nil
 }
 
 // restoredByLog sums, over the "restore complete" lines of a JSON worker
