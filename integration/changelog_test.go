@@ -107,15 +107,7 @@ func TestIntegrationCompactedMarketRestore(t *testing.T) {
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
-	wl := p.Workload()
-	rep, err := wl.WaitComplete(ctx, oracle.NewAlertReader(c.client, c.alertsT, partitions), wl.Produced(), 2*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("oracle %s: %v", t.Name(), rep)
-	if rep.Lost != 0 || rep.Wrong != 0 || rep.DuplicatesDiffering != 0 {
-		t.Errorf("oracle: %v; examples: %q", rep, rep.Examples)
-	}
+	checkOracle(ctx, t, c, p, 2*time.Minute)
 
 	// The restores of w2 read fewer records than they spanned.
 	read, span, tasks := restoredByLog(t, w2.logPath)

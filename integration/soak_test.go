@@ -94,15 +94,7 @@ func TestIntegrationSoak(t *testing.T) {
 		}
 	}
 
-	wl := p.Workload()
-	rep, err := wl.WaitComplete(ctx, oracle.NewAlertReader(c.client, c.alertsT, partitions), wl.Produced(), 3*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("oracle %s: %v", t.Name(), rep)
-	if rep.Lost != 0 || rep.Wrong != 0 || rep.DuplicatesDiffering != 0 {
-		t.Errorf("oracle: %v; examples: %q", rep, rep.Examples)
-	}
+	rep := checkOracle(ctx, t, c, p, 3*time.Minute)
 	if rep.Duplicates != 0 {
 		t.Errorf("oracle: %d duplicates without a rebalance", rep.Duplicates)
 	}
@@ -135,6 +127,23 @@ func saveHeapProfile(t *testing.T, w *worker, path string) {
 	if err != nil {
 		t.Logf("heap profile of %s: %v", w.id, err)
 	}
+}
+
+// checkOracle waits up to timeout for an alert of every notification p
+// produced and fails t unless each is exact: none lost, none wrong, no
+// duplicate that differs from its first copy.
+func checkOracle(ctx context.Context, t *testing.T, c *cluster, p *oracle.Producer, timeout time.Duration) oracle.Report {
+	t.Helper()
+	wl := p.Workload()
+	rep, err := wl.WaitComplete(ctx, oracle.NewAlertReader(c.client, c.alertsT, c.partitions), wl.Produced(), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("oracle %s: %v", t.Name(), rep)
+	if rep.Lost != 0 || rep.Wrong != 0 || rep.DuplicatesDiffering != 0 {
+		t.Errorf("oracle: %v; examples: %q", rep, rep.Examples)
+	}
+	return rep
 }
 
 // soakSample is one worker at one time.
