@@ -249,6 +249,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.peer, err = newPeerAuth(cfg, n.reg); err != nil {
 		return nil, err
 	}
+	checkMarketRetention(ctx, n.client, cfg.Topics.Market, n.historyRetention(), newRetentionGauge(n.reg), n.log)
 	n.worker, err = join.NewProcessor(join.Config{
 		Client:           n.client,
 		Writer:           n.writer,
@@ -305,6 +306,14 @@ func advertise(a *net.TCPAddr) string {
 		return net.JoinHostPort(h, port)
 	}
 	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// historyRetention is Config.HistoryRetention with join's default.
+func (n *Node) historyRetention() time.Duration {
+	if n.cfg.HistoryRetention > 0 {
+		return n.cfg.HistoryRetention
+	}
+	return time.Hour
 }
 
 // Addr is the advertised host:port of the HTTP listener.

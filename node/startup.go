@@ -112,7 +112,7 @@ func (n *Node) registerStartupMetrics() {
 
 func (n *Node) checkTopics(ctx context.Context) (int, error) {
 	if n.cfg.CreateTopics {
-		if err := ensureTopics(ctx, n.client, n.cfg.Topics, n.cfg.Partitions, max(n.cfg.ReplicationFactor, 1), n.cfg.PartitionsExplicit, n.log); err != nil {
+		if err := ensureTopics(ctx, n.client, n.cfg.Topics, n.cfg.Partitions, max(n.cfg.ReplicationFactor, 1), n.cfg.PartitionsExplicit, n.historyRetention(), n.log); err != nil {
 			return 0, err
 		}
 	}

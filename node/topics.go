@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/internal/fielderr"
@@ -43,15 +44,18 @@ func PartitionCounts(ctx context.Context, c *kafka.Client, topics []string) (map
 // of the one that exists, or partitions when neither does. The alerts and
 // dead-letter topics get the same count. When the count of an existing topic
 // differs from partitions, the missing one follows the existing one and a
-// WARN names both counts (slog.Default()).
+// WARN names both counts (slog.Default()). A market topic it creates is
+// compacted, with MarketTopicConfigs of the default history retention
+// (1h): it is the changelog the tasks' stores are restored from.
 func EnsureTopics(ctx context.Context, c *kafka.Client, t record.Topics, partitions, replication int) error {
-	return ensureTopics(ctx, c, t, partitions, replication, false, slog.Default())
+	return ensureTopics(ctx, c, t, partitions, replication, false, time.Hour, slog.Default())
 }
 
-// ensureTopics is EnsureTopics; with explicit (the user gave --partitions),
-// it refuses to create a co-partitioned topic whose pair exists with
-// another count instead of following it.
-func ensureTopics(ctx context.Context, c *kafka.Client, t record.Topics, partitions, replication int, explicit bool, log *slog.Logger) error {
+// ensureTopics is EnsureTopics for a history retention of history (the
+// market topic's MarketTopicConfigs); with explicit (the user gave
+// --partitions), it refuses to create a co-partitioned topic whose pair
+// exists with another count instead of following it.
+func ensureTopics(ctx context.Context, c *kafka.Client, t record.Topics, partitions, replication int, explicit bool, history time.Duration, log *slog.Logger) error {
 	t = t.WithDefaults()
 	counts, err := PartitionCounts(ctx, c, t.All())
 	if err != nil {
@@ -84,7 +88,11 @@ func ensureTopics(ctx context.Context, c *kafka.Client, t record.Topics, partiti
 	var create []kafka.TopicConfig
 	for _, name := range t.All() {
 		if _, ok := counts[name]; !ok {
-			create = append(create, kafka.TopicConfig{Topic: name, NumPartitions: n, ReplicationFactor: replication})
+			tc := kafka.TopicConfig{Topic: name, NumPartitions: n, ReplicationFactor: replication}
+			if name == t.Market {
+				tc.ConfigEntries = MarketTopicConfigs(history)
+			}
+			create = append(create, tc)
 		}
 	}
 	if len(create) == 0 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/joiner-dev/joiner/record"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -30,7 +31,7 @@ func TestCreateTopicsPairedCountDiffers(t *testing.T) {
 			client := startBroker(t, kfake.SeedTopics(6, tc.existing))
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			err := ensureTopics(context.Background(), client, record.Topics{}, 8, 1, tc.explicit, log)
+			err := ensureTopics(context.Background(), client, record.Topics{}, 8, 1, tc.explicit, time.Hour, log)
 			counts, cerr := PartitionCounts(context.Background(), client, []string{"market", "notifications"})
 			if cerr != nil {
 				t.Fatal(cerr)
@@ -69,7 +70,7 @@ func TestCreateTopicsPairedCountDiffers(t *testing.T) {
 func TestCreateTopicsNoWarningWhenCountsAgree(t *testing.T) {
 	client := startBroker(t, kfake.SeedTopics(6, "market"))
 	var logs bytes.Buffer
-	if err := ensureTopics(context.Background(), client, record.Topics{}, 6, 1, true, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+	if err := ensureTopics(context.Background(), client, record.Topics{}, 6, 1, true, time.Hour, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(logs.String(), "WARN") {

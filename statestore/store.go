@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -76,6 +77,11 @@ type Store struct {
 	applyMu sync.Mutex   // serialises Apply and Prune
 	applied atomic.Int64
 	order   applyOrder // Apply's, under applyMu
+	// prunedSinceFlush counts the versions Prune deleted since it last
+	// had the memtable flushed at flushedAt (or the store opened), under
+	// applyMu: see flushPruned.
+	prunedSinceFlush int
+	flushedAt        time.Time
 
 	// latest caches the newest version of the symbols looked up, so that
 	// the common lookup (a notification newer than its symbol's latest
@@ -342,9 +348,17 @@ func (s *Store) Scan(fn func(Tick) error) error {
 // cutMs still finds the price that was current then; it is marked with the
 // timestamp of the symbol's oldest version, so that a lookup before the kept
 // version but not before the symbol's first price is reported Late rather
-// than Miss. Prune costs two seeks per symbol plus one range deletion per
-// symbol that had something to delete, written in one batch; it returns the
-// number of such symbols.
+// than Miss. Prune costs one seek per symbol, a step over each version it
+// deletes and one point deletion per such version, written in one batch; it
+// returns the number of symbols that had something to delete.
+//
+// It writes no range deletion: a range deletion per symbol per prune piled
+// up in the memtable, where every new iterator fragmented all of them again
+// (each symbol's ranges nest, so the fragments grow with the square of the
+// prunes), and the Go heap and the CPU per tick grew without bound. A point
+// deletion is an ordinary key: it is flushed with the memtable and dropped
+// by compaction with the version it deletes, so a steady market keeps the
+// memtables, the tables and the heap bounded (TestPruneKeepsTheStoreBounded).
 func (s *Store) Prune(cutMs int64) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -360,47 +374,58 @@ func (s *Store) Prune(cutMs int64) (int, error) {
 	defer it.Close()
 	b := s.db.NewBatch()
 	defer b.Close()
-	pruned := 0
-	for valid := it.First(); valid; {
+	pruned, deletes := 0, 0
+	var prefix, seek []byte
+	for valid := it.First(); valid; valid = it.Valid() {
 		sym, _, _, err := decodeVersionKey(it.Key())
 		if err != nil {
 			return 0, s.corrupt(err)
 		}
-		prefix := symbolPrefix(nil, sym)
-		upper := symbolUpper(nil, sym)
-		if it.SeekGE(versionSeekKey(nil, sym, cutMs)) && bytes.HasPrefix(it.Key(), prefix) {
-			keep := bytes.Clone(it.Key())
-			price, _, err := decodeVersionValue(it.Value())
-			if err != nil {
-				return 0, s.corrupt(fmt.Errorf("%q: %w", sym, err))
+		prefix = symbolPrefix(prefix[:0], sym)
+		seek = versionSeekKey(seek[:0], sym, cutMs)
+		// Every key at or after seek is a version of sym at or before
+		// cutMs, or a later symbol's: the loops below leave it at the
+		// next symbol's first key (or at the end).
+		if !it.SeekGE(seek) || !bytes.HasPrefix(it.Key(), prefix) {
+			continue
+		}
+		keep := bytes.Clone(it.Key())
+		price, keepMeta, err := decodeVersionValue(it.Value())
+		if err != nil {
+			return 0, s.corrupt(fmt.Errorf("%q: %w", sym, err))
+		}
+		// The versions after keep are older; the last one (perhaps itself
+		// the survivor of an earlier prune) says when the symbol's
+		// history began.
+		var oldest Tick
+		var meta versionMeta
+		deleted := 0
+		for it.Next() && bytes.HasPrefix(it.Key(), prefix) {
+			if oldest, meta, err = decodeVersion(it.Key(), it.Value()); err != nil {
+				return 0, s.corrupt(err)
 			}
-			if it.Next() && bytes.HasPrefix(it.Key(), prefix) {
-				// The oldest version (perhaps itself the survivor of an
-				// earlier prune) says when the symbol's history began.
-				if !it.SeekLT(upper) {
-					return 0, s.iterErr(it, sym)
-				}
-				oldest, meta, err := decodeVersion(it.Key(), it.Value())
-				if err != nil {
-					return 0, s.corrupt(err)
-				}
-				first := oldest.TimestampMs
-				if meta.truncated() {
-					first = min(first, meta.firstTs)
-				}
-				// keep+0x00 is the first key after keep: every key of the
-				// symbol has the same length.
-				if err := b.DeleteRange(append(bytes.Clone(keep), 0), upper, nil); err != nil {
-					return 0, fmt.Errorf("statestore: task %d: prune %q: %w", s.task, sym, err)
-				}
-				meta = versionMeta{flags: flagTruncated, firstTs: first}
-				if err := b.Set(keep, appendVersionValue(nil, price, meta), nil); err != nil {
-					return 0, fmt.Errorf("statestore: task %d: prune %q: %w", s.task, sym, err)
-				}
-				pruned++
+			if err := b.Delete(it.Key(), nil); err != nil {
+				return 0, fmt.Errorf("statestore: task %d: prune %q: %w", s.task, sym, err)
+			}
+			deleted++
+		}
+		if err := it.Error(); err != nil {
+			return 0, s.iterErr(it, sym)
+		}
+		if deleted == 0 {
+			continue
+		}
+		first := oldest.TimestampMs
+		for _, m := range []versionMeta{meta, keepMeta} {
+			if m.truncated() {
+				first = min(first, m.firstTs)
 			}
 		}
-		valid = it.SeekGE(upper)
+		if err := b.Set(keep, appendVersionValue(nil, price, versionMeta{flags: flagTruncated, firstTs: first}), nil); err != nil {
+			return 0, fmt.Errorf("statestore: task %d: prune %q: %w", s.task, sym, err)
+		}
+		pruned++
+		deletes += deleted
 	}
 	if err := it.Error(); err != nil {
 		return 0, fmt.Errorf("statestore: task %d: prune: %w", s.task, err)
@@ -412,7 +437,40 @@ func (s *Store) Prune(cutMs int64) (int, error) {
 		return 0, fmt.Errorf("statestore: task %d: commit prune in %s: %w", s.task, s.dir, err)
 	}
 	s.dropReader()
+	s.flushPruned(deletes)
 	return pruned, nil
+}
+
+// Prune has the memtable flushed once it deleted pruneFlushDeletes
+// versions since the last flush, or pruneFlushEvery after the last flush
+// when it deleted any. Until the flush, every deleted version is still in
+// the memtable and the WAL next to its deletion, and each Prune (and a
+// lookup before the oldest kept version) steps over all of them: a
+// memtable holds hours of a quiet market's deletions, and the WAL as much
+// on disk. A flush drops every version deleted in the same memtable, and
+// compactions then drop the deletions. So the memtable and the WAL hold at
+// most 30 s of ticks and deletions (or 50,000 deletions, or a full
+// memtable, at high tick rates), besides what the market writes between
+// prunes; and the memtable reaches its full size (it doubles at each
+// flush from 256 KiB) within minutes, after which the heap stays flat.
+const (
+	pruneFlushDeletes = 50_000
+	pruneFlushEvery   = 30 * time.Second
+)
+
+// flushPruned counts the versions a Prune deleted and starts a memtable
+// flush, without waiting for it, when pruneFlushDeletes or pruneFlushEvery
+// say so. The caller holds applyMu.
+func (s *Store) flushPruned(deleted int) {
+	s.prunedSinceFlush += deleted
+	now := time.Now()
+	if s.prunedSinceFlush < pruneFlushDeletes && now.Sub(s.flushedAt) < pruneFlushEvery {
+		return
+	}
+	s.prunedSinceFlush, s.flushedAt = 0, now
+	if _, err := s.db.AsyncFlush(); err != nil {
+		s.mgr.log.Warn("statestore: flushing the memtable after pruning failed; the next prunes retry", "task", s.task, "dir", s.dir, "err", err)
+	}
 }
 
 // symbolIter iterates over the versions of one symbol, newest first.

@@ -519,6 +519,11 @@ func TestCreateTopicsJob(t *testing.T) {
 	if !strings.Contains(script, "/opt/kafka/bin/kafka-topics.sh") {
 		t.Errorf("Job must use /opt/kafka/bin/kafka-topics.sh")
 	}
+	// The market topic is created as a changelog (docs/kafka.md).
+	if !strings.Contains(script, `if [ "$1" = "$JOINER_MARKET_TOPIC" ]`) || !strings.Contains(script, "--config cleanup.policy=compact --config min.compaction.lag.ms=") ||
+		!strings.Contains(script, `$(configs "$t")`) {
+		t.Errorf("Job must create the market topic with cleanup.policy=compact and min.compaction.lag.ms")
+	}
 	// The check that fails the Job when existing topics differ.
 	if !strings.Contains(script, `if [ "$m" != "$n" ]`) {
 		t.Errorf("Job must compare the partition counts of market and notifications")

@@ -38,6 +38,8 @@ var exported = map[string]string{
 	"joiner_remote_lookup_seconds": "histogram",
 	// node: requests refused for a missing or wrong peer token.
 	"joiner_http_unauthorized_total": "counter",
+	// node: the market topic's retention check at start (docs/kafka.md).
+	"joiner_market_retention_unsafe": "gauge",
 
 	"joiner_group_partitions":          "gauge",
 	"joiner_group_excluded":            "gauge",
