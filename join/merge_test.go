@@ -35,8 +35,14 @@ func newTestWorker(t testing.TB) (*Processor, *processTask, *kafka.Client) {
 	return w, newProcessTask(w, 0, st), client
 }
 
+// recAt is the record at offset of value at ms, keyed by value's symbol
+// as a producer keys it (none when it has no valid one).
 func recAt(offset int64, ms int, value string) fetchedRecord {
-	return fetchedRecord{Offset: offset, Time: time.UnixMilli(int64(ms)), Value: []byte(value)}
+	var key []byte
+	if n, err := record.NewDecoder(record.Fields{}, 0).Notification([]byte(value)); err == nil {
+		key = []byte(n.Symbol)
+	}
+	return fetchedRecord{Offset: offset, Time: time.UnixMilli(int64(ms)), Key: key, Value: []byte(value)}
 }
 
 // readAlerts returns the alerts written so far, by notification id.

@@ -33,6 +33,9 @@ type Metrics struct {
 	TasksRevoked     prometheus.Counter     // joiner_rebalance_tasks_revoked_total
 	TasksAssigned    prometheus.Counter     // joiner_rebalance_tasks_assigned_total
 	StandbyLag       *prometheus.GaugeVec   // joiner_standby_lag_records{task}
+	// FieldConflicts: joiner_alert_field_conflicts_total{member}.
+	FieldConflicts *prometheus.CounterVec
+	TicksLate      prometheus.Counter // joiner_ticks_late_total
 }
 
 // Reasons of joiner_restore_records_total: why market records were applied
@@ -145,6 +148,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "joiner_standby_lag_records",
 			Help: "Market records a standby or warm-up copy lacks: the market partition's end offset (the high watermark of its last fetch) minus the next offset its store lacks.",
 		}, []string{"task"}),
+		FieldConflicts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_alert_field_conflicts_total",
+			Help: "Members of notifications named like one of the members the join adds (member: its name), kept in their alerts under a renamed key (notification_ prefixed); counted when the alert is acknowledged.",
+		}, []string{"member"}),
+		TicksLate: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_ticks_late_total",
+			Help: "Ticks applied to a task's store after a notification at or after their timestamp was already joined on the task (later than --grace): stored for later lookups; alerts already written are not corrected.",
+		}),
 	}
 	// Pre-create the label values users alert on, so absent series do not
 	// hide a problem.
@@ -156,6 +167,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range []string{"active", "restoring", roleStandby, roleWarmup} {
 		m.Tasks.WithLabelValues(r)
+	}
+	for _, name := range record.AlertMembers {
+		m.FieldConflicts.WithLabelValues(name)
 	}
 	for _, r := range []string{record.ReasonInvalidJSON, record.ReasonMissingField, record.ReasonWrongType, record.ReasonOversized, record.ReasonInvalidValue} {
 		m.DeadLetters.WithLabelValues(r)

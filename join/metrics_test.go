@@ -28,7 +28,7 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 		"joiner_joins_total", "joiner_tasks", "joiner_rebalances_total", "joiner_tasks_moved_total",
 		"joiner_restore_records_total", "joiner_restore_seconds", "joiner_task_lag_records", "joiner_dead_letters_total",
 		"joiner_rebalance_pause_seconds", "joiner_rebalance_tasks_revoked_total", "joiner_rebalance_tasks_assigned_total",
-		"joiner_standby_lag_records",
+		"joiner_standby_lag_records", "joiner_alert_field_conflicts_total", "joiner_ticks_late_total",
 	} {
 		found := false
 		for _, mf := range mfs {

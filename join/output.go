@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -20,10 +21,17 @@ type encoded struct {
 	buf     []byte
 	spans   []alertSpan
 	results [len(record.Results)]int // per record.Result.Index
+	// conflicts counts the notifications' members renamed in their alerts,
+	// per record.AlertMembers index.
+	conflicts [len(record.AlertMembers)]int
 }
 
-// alertSpan locates one alert in encoded.buf: key [k, v), value [v, e).
-type alertSpan struct{ k, v, e int }
+// alertSpan locates one alert in encoded.buf: key [k, v), value [v, e);
+// headers are its notification's.
+type alertSpan struct {
+	k, v, e int
+	headers []kafka.Header
+}
 
 // add encodes a with enc.
 func (e *encoded) add(enc *record.AlertEncoder, a *record.Alert) {
@@ -43,19 +51,37 @@ func (e *encoded) key(symbol string) (k, v int) {
 // endAlert records the alert of result whose key starts at k and whose
 // value, from v, was just appended.
 func (e *encoded) endAlert(k, v int, result record.Result) {
-	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
+	e.spans = append(e.spans, alertSpan{k: k, v: v, e: len(e.buf)})
 	if i := result.Index(); i >= 0 {
 		e.results[i]++
 	}
 }
 
-// addPriced appends the alert of n, notified at nTsMs, joined with the
-// price whose alert fields are priceFields, with result (see
-// record.AlertEncoder.AppendPriced).
-func (e *encoded) addPriced(enc *record.AlertEncoder, n *record.Notification, nTsMs int64, priceFields []byte, result record.Result) {
+// addPriced appends the alert of n, notified at nTsMs with headers,
+// joined with the price whose alert fields are priceFields, with result
+// (see record.AlertEncoder.AppendPriced).
+func (e *encoded) addPriced(enc *record.AlertEncoder, n *record.NotificationValue, headers []kafka.Header, nTsMs int64, priceFields []byte, result record.Result) {
 	k, v := e.key(n.Symbol)
 	e.buf = enc.AppendPriced(e.buf, n, nTsMs, priceFields, result)
+	e.endNotified(k, v, n, headers, result)
+}
+
+// addJoined appends the alert of n, with headers, joined as a says
+// (record.AlertEncoder.AppendJoined).
+func (e *encoded) addJoined(enc *record.AlertEncoder, n *record.NotificationValue, headers []kafka.Header, a *record.Alert) {
+	k, v := e.key(n.Symbol)
+	e.buf = enc.AppendJoined(e.buf, n, a)
+	e.endNotified(k, v, n, headers, a.Result)
+}
+
+// endNotified is endAlert for the alert of n: it carries n's headers, and
+// n's members renamed in it are counted.
+func (e *encoded) endNotified(k, v int, n *record.NotificationValue, headers []kafka.Header, result record.Result) {
 	e.endAlert(k, v, result)
+	e.spans[len(e.spans)-1].headers = headers
+	for c := n.Conflicts(); c != 0; c &= c - 1 {
+		e.conflicts[bits.TrailingZeros8(c)]++
+	}
 }
 
 // alertOverhead is about what an alert adds to its notification's JSON:
@@ -94,18 +120,21 @@ func (e *encoded) len() int {
 type encodedMark struct {
 	buf, spans int
 	results    [len(record.Results)]int
+	conflicts  [len(record.AlertMembers)]int
 }
 
 func (e *encoded) mark() encodedMark {
-	return encodedMark{len(e.buf), len(e.spans), e.results}
+	return encodedMark{len(e.buf), len(e.spans), e.results, e.conflicts}
 }
 
 func (e *encoded) rollback(m encodedMark) {
-	e.buf, e.spans, e.results = e.buf[:m.buf], e.spans[:m.spans], m.results
+	clear(e.spans[m.spans:]) // no references to rolled-back headers
+	e.buf, e.spans, e.results, e.conflicts = e.buf[:m.buf], e.spans[:m.spans], m.results, m.conflicts
 }
 
 func (e *encoded) reset() {
-	e.buf, e.spans, e.results = e.buf[:0], e.spans[:0], [len(record.Results)]int{}
+	clear(e.spans) // no references to the headers of fetched records
+	e.buf, e.spans, e.results, e.conflicts = e.buf[:0], e.spans[:0], [len(record.Results)]int{}, [len(record.AlertMembers)]int{}
 }
 
 // writeOut writes alerts and dead letters and waits for Kafka to
@@ -138,7 +167,7 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, batches []*
 	for _, e := range batches {
 		msgs = slices.Grow(msgs, len(e.spans))
 		for _, sp := range e.spans {
-			msgs = append(msgs, kafka.Message{Topic: topic, Key: e.buf[sp.k:sp.v:sp.v], Value: e.buf[sp.v:sp.e:sp.e]})
+			msgs = append(msgs, kafka.Message{Topic: topic, Key: e.buf[sp.k:sp.v:sp.v], Value: e.buf[sp.v:sp.e:sp.e], Headers: sp.headers})
 		}
 	}
 	alerts := len(msgs)
@@ -193,17 +222,28 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 		return err
 	}
 	// Counted per result, one counter update per result and write.
-	var counts [len(record.Results)]int
+	var (
+		counts    [len(record.Results)]int
+		conflicts [len(record.AlertMembers)]int
+	)
 	alerts := 0
 	for _, e := range batches {
 		for i, n := range e.results {
 			counts[i] += n
+		}
+		for i, n := range e.conflicts {
+			conflicts[i] += n
 		}
 		alerts += len(e.spans)
 	}
 	for i, n := range counts {
 		if n > 0 {
 			w.metrics.Joins.WithLabelValues(string(record.Results[i])).Add(float64(n))
+		}
+	}
+	for i, n := range conflicts {
+		if n > 0 {
+			w.metrics.FieldConflicts.WithLabelValues(record.AlertMembers[i]).Add(float64(n))
 		}
 	}
 	w.metrics.Alerts.Add(float64(alerts))

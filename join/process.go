@@ -10,6 +10,7 @@ import (
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
+	"github.com/segmentio/kafka-go"
 )
 
 // processTask joins the notifications of partition p with prices. It owns
@@ -218,6 +219,8 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 	var (
 		dead   []deadLetter
 		others []record.Alert
+		notes  []record.NotificationValue // of others
+		heads  [][]kafka.Header           // of others
 		tasks  []int
 		price  float64
 	)
@@ -233,7 +236,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		// The fetched value is never written again (package fetch carves
 		// it from a buffer of its own), so the notification's strings
 		// may alias it; the alert holds them until it is encoded.
-		n, err := record.DecodeNotificationShared(rec.Value, w.cfg.MaxRecordBytes)
+		n, err := w.dec.Notification(rec.Value)
+		if err == nil {
+			err = record.CheckKey(rec.Key, n.Symbol)
+		}
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue
@@ -244,13 +250,14 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		// encoded once.
 		c, ok := t.latest[n.Symbol]
 		if ok && c.tick.TimestampMs <= nTsMs {
-			e.addPriced(w.alerts, &n, nTsMs, c.priceFields(), record.ResultLocal)
+			t.st.noteJoined(nTsMs)
+			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.priceFields(), record.ResultLocal)
 			continue
 		}
-		a := record.Alert{Notification: n, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
+		a := record.Alert{Notification: record.Notification{Symbol: n.Symbol}, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
 		q := murmur2.Partition([]byte(n.Symbol), parts)
 		if t.st == nil || q != t.p {
-			others = append(others, a)
+			others, notes, heads = append(others, a), append(notes, n), append(heads, rec.Headers)
 			tasks = append(tasks, q)
 			continue
 		}
@@ -261,14 +268,16 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		if !ok && a.Price != nil {
 			t.rememberLatest(a.Symbol)
 		}
-		e.add(w.alerts, &a)
+		e.addJoined(w.alerts, &n, rec.Headers, &a)
 	}
 	if len(others) > 0 {
 		if err := t.joinAll(ctx, others, tasks); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
-		e.addAll(w.alerts, others)
+		for i := range others {
+			e.addJoined(w.alerts, &notes[i], heads[i], &others[i])
+		}
 	}
 	return dead, nil
 }

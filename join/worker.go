@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/internal/lograte"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
@@ -78,6 +79,15 @@ type Config struct {
 
 	// Topics names the topics; empty names take record's defaults.
 	Topics record.Topics
+	// Fields names the symbol member of ticks and notifications and the
+	// price member of ticks; empty names take record's defaults.
+	Fields record.Fields
+	// Grace is how far past a notification's timestamp the market must be
+	// read before the notification is joined (a tick written up to Grace
+	// after newer ones is still seen), or, when the market is confirmed at
+	// its end, how long after the notification's timestamp (by the wall
+	// clock) that confirmation must be. Default: 0 (none).
+	Grace time.Duration
 
 	// MaxTaskIdle bounds how long a notification is held waiting for the
 	// market to be read past its timestamp. Default: 1s.
@@ -137,6 +147,8 @@ type Processor struct {
 	log     *slog.Logger
 	metrics *Metrics
 	alerts  *record.AlertEncoder // of this worker's alerts
+	dec     *record.Decoder      // of its input records
+	lateLog *lograte.Limiter     // late ticks, per task
 	reg     *prometheus.Registry // nil when Config.Registerer was given
 	remote  *remoteClient
 
@@ -186,6 +198,8 @@ func (c *Config) Validate() error {
 		return errors.New("join: Config.Stores is required")
 	case c.InstanceID == "":
 		return errors.New("join: Config.InstanceID is required")
+	case c.Grace < 0:
+		return fmt.Errorf("join: Config.Grace is %v; want 0 (none) or a positive duration", c.Grace)
 	}
 	return validStartOffset(c.StartOffset)
 }
@@ -194,6 +208,7 @@ func (c *Config) Validate() error {
 // doc comment names: the one place join's defaults are applied.
 func (c Config) withDefaults() Config {
 	c.Topics = c.Topics.WithDefaults()
+	c.Fields = c.Fields.WithDefaults()
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -229,6 +244,8 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("instance", cfg.InstanceID),
 		alerts:   record.NewAlertEncoder(cfg.InstanceID),
+		dec:      record.NewDecoder(cfg.Fields, cfg.MaxRecordBytes),
+		lateLog:  lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},
 		procs:    map[int]*processTask{},

@@ -87,13 +87,28 @@ func NewAlertEncoder(worker string) *AlertEncoder {
 	return e
 }
 
-// AppendPriced appends the JSON of the alert of n, notified at
+// AppendPriced appends the alert of the notification n, notified at
 // notificationTsMs, joined with the price whose fields priceFields holds
-// (AppendPriceFields), with result, by the encoder's worker: byte for byte
-// what AppendAlert writes for that alert.
-func (e *AlertEncoder) AppendPriced(dst []byte, n *Notification, notificationTsMs int64, priceFields []byte, result Result) []byte {
-	dst = appendNotified(dst, n, notificationTsMs)
-	return e.appendTail(append(dst, priceFields...), result)
+// (AppendPriceFields; none on a miss), with result, by the encoder's
+// worker: n's object byte for byte (its members named like the join's
+// renamed, see RenamePrefix), then "notification_ts_ms", the price
+// fields, "result" and "worker". For a notification of the Notification
+// shape (AppendNotification) that is byte for byte what AppendAlert writes.
+func (e *AlertEncoder) AppendPriced(dst []byte, n *NotificationValue, notificationTsMs int64, priceFields []byte, result Result) []byte {
+	return e.appendTail(appendJoinedHead(dst, n, notificationTsMs, priceFields), result)
+}
+
+// AppendJoined is AppendPriced with the join's result, price and
+// notification time taken from a (its Notification and Worker are not
+// used).
+func (e *AlertEncoder) AppendJoined(dst []byte, n *NotificationValue, a *Alert) []byte {
+	dst = appendJoinedHead(dst, n, a.NotificationTsMs, nil)
+	if a.Price != nil {
+		dst = AppendPriceFields(dst, *a.Price, a.PriceTsMs)
+	} else {
+		dst = appendPriceTs(dst, a.PriceTsMs)
+	}
+	return e.appendTail(dst, a.Result)
 }
 
 // Append appends the JSON of a to dst, byte for byte what AppendAlert

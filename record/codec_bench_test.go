@@ -38,6 +38,16 @@ func BenchmarkDecodeNotification(b *testing.B) {
 			}
 		}
 	})
+	b.Run("value", func(b *testing.B) { // the join's: Decoder.Notification
+		d := NewDecoder(Fields{}, 0)
+		b.SetBytes(int64(len(benchNotification)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := d.Notification(benchNotification); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("reflection", func(b *testing.B) {
 		b.SetBytes(int64(len(benchNotification)))
 		b.ReportAllocs()

@@ -439,7 +439,7 @@ func (s *jsonScanner) skipValue() string {
 		}
 		return s.kind("array")
 	case c == '"':
-		s.stringToken(false)
+		s.scanString() // validated, not unescaped
 		return s.kind("string")
 	case c == 't':
 		s.literal("true")
@@ -522,43 +522,51 @@ func (s *jsonScanner) number() bool {
 // unescaped bytes: a slice of the input when nothing needs unescaping,
 // else freshly allocated (or, for a key, in s.key when it fits).
 func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
+	raw, plain, ok := s.scanString()
+	if !ok || plain {
+		return raw, ok
+	}
+	var dst []byte
+	if isKey {
+		dst = s.key[:0]
+	} else {
+		dst = make([]byte, 0, len(raw)+utf8.UTFMax)
+	}
+	return unescape(dst, raw), true
+}
+
+// scanString scans the string whose '"' is at s.i, validating it, and
+// returns its body as it is in the input; plain is false when the body
+// needs unescaping (escapes, invalid UTF-8).
+func (s *jsonScanner) scanString() (raw []byte, plain, ok bool) {
 	b := s.b
 	start := s.i + 1 // after the opening quote
 	// The common string: plain bytes up to the closing quote.
 	end := start + plainLen(b[start:])
 	if end < len(b) && b[end] == '"' {
 		s.i = end + 1
-		return b[start:end], true
+		return b[start:end], true, true
 	}
 	// Else go on from the first byte that needs attention.
 	s.i = end
-	plain := true
+	plain = true
 	for {
 		if s.i >= len(b) {
 			s.fail("unexpected end of JSON input in a string")
-			return nil, false
+			return nil, false, false
 		}
 		c := b[s.i]
 		switch {
 		case c == '"':
 			raw := b[start:s.i]
 			s.i++
-			if plain {
-				return raw, true
-			}
-			var dst []byte
-			if isKey {
-				dst = s.key[:0]
-			} else {
-				dst = make([]byte, 0, len(raw)+utf8.UTFMax)
-			}
-			return unescape(dst, raw), true
+			return raw, plain, true
 		case c == '\\':
 			plain = false
 			s.i++
 			if s.i >= len(b) {
 				s.fail("unexpected end of JSON input in a string escape")
-				return nil, false
+				return nil, false, false
 			}
 			switch b[s.i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -568,17 +576,17 @@ func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
 				for range 4 {
 					if s.i >= len(b) || !isHex(b[s.i]) {
 						s.fail("invalid \\u escape in a string")
-						return nil, false
+						return nil, false, false
 					}
 					s.i++
 				}
 			default:
 				s.fail("invalid escape in a string")
-				return nil, false
+				return nil, false, false
 			}
 		case c < 0x20:
 			s.fail("invalid control character in a string")
-			return nil, false
+			return nil, false, false
 		case c < utf8.RuneSelf:
 			s.i++
 		default:
