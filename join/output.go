@@ -177,11 +177,12 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, batches []*
 			Key:   d.rec.Key,
 			Value: d.rec.Value,
 			Time:  d.rec.Time,
-			Headers: []kafka.Header{
-				{Key: "joiner-dead-letter-reason", Value: []byte(d.reason)},
-				{Key: "joiner-dead-letter-error", Value: []byte(d.err)},
-				{Key: "joiner-source", Value: fmt.Appendf(nil, "%s/%d/%d", d.topic, d.partition, d.rec.Offset)},
-			},
+			// The record's own headers, in order, then the reasons.
+			Headers: append(slices.Clip(d.rec.Headers),
+				kafka.Header{Key: "joiner-dead-letter-reason", Value: []byte(d.reason)},
+				kafka.Header{Key: "joiner-dead-letter-error", Value: []byte(d.err)},
+				kafka.Header{Key: "joiner-source", Value: fmt.Appendf(nil, "%s/%d/%d", d.topic, d.partition, d.rec.Offset)},
+			),
 		})
 	}
 	if len(msgs) == 0 {
