@@ -248,13 +248,13 @@ func (a *Alerts) Duplicates() int { return a.Records - a.Distinct() }
 
 func (a *Alerts) add(value []byte) {
 	a.Records++
-	// An alert carries the notification's fields: the notification decoder
-	// finds its id without decoding the rest.
-	n, err := record.DecodeNotification(value, len(value))
-	if err != nil {
+	// An alert carries the notification's members: its id is read
+	// without decoding the rest.
+	id, ok := record.StringMember(value, "id")
+	if !ok {
 		return
 	}
-	h := maphash.String(a.seed, n.ID)
+	h := maphash.String(a.seed, id)
 	if a.counts[h] == 0 {
 		a.distinct.Add(1)
 	}

@@ -57,6 +57,22 @@ type Config struct {
 	// before the run gives up. Default: DefaultRetryTimeout.
 	RetryTimeout time.Duration
 
+	// Fields names the symbol member of ticks and notifications and the
+	// price member of ticks. Default: symbol, price.
+	Fields record.Fields
+	// ExtraFields writes the notifications in the shapes of
+	// ShapedNotification, one after the other: members of their own,
+	// nested values, long integers, escapes, members named like the
+	// join's. Default: the plain {"id","user","symbol","text"}.
+	ExtraFields bool
+	// Headers puts NotificationHeaders on every notification.
+	Headers bool
+	// OutOfOrder stamps each tick up to this long before it is written
+	// (a random amount), as producers with retries do: the ticks are out
+	// of timestamp order by up to that much. Default: 0 (stamped when
+	// written).
+	OutOfOrder time.Duration
+
 	// Progress receives a line at least once a second and a summary.
 	// Default: io.Discard.
 	Progress io.Writer
@@ -120,6 +136,8 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, errors.New("loadgen: counts must not be negative")
 	case cfg.Rate < 0 || math.IsNaN(cfg.Rate):
 		return Summary{}, errors.New("loadgen: rate must be 0 (as fast as possible) or positive")
+	case cfg.OutOfOrder < 0:
+		return Summary{}, errors.New("loadgen: OutOfOrder must not be negative")
 	}
 	w := cfg.Writer
 	if w == nil {
@@ -137,12 +155,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	p := &producer{w: w, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now(), retryTimeout: cfg.RetryTimeout}
 	sum := Summary{LastPrice: make(map[string]float64, len(syms))}
 	prices := newWalk(cfg.Seed, len(syms))
+	late := rand.New(rand.NewPCG(cfg.Seed, 0x1a7e))
 	for k := 0; k < cfg.TicksPerSymbol; k++ {
 		for i, s := range syms {
 			price := prices.tick(i)
 			sum.LastPrice[s] = price
-			v := record.AppendTick(nil, record.Tick{Symbol: s, Price: price})
-			if err := p.add(ctx, kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}); err != nil {
+			v := cfg.Fields.AppendTick(nil, record.Tick{Symbol: s, Price: price})
+			m := kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}
+			if cfg.OutOfOrder > 0 {
+				m.Time = time.Now().Add(-time.Duration(late.Int64N(int64(cfg.OutOfOrder) + 1)))
+			}
+			if err := p.add(ctx, m); err != nil {
 				return sum, err
 			}
 			sum.Ticks++
@@ -155,8 +178,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for k := 0; k < cfg.NotificationsPerSymbol; k++ {
 		for i, s := range syms {
 			n := NotificationOf(cfg.RunID, syms, i, k)
-			v := record.AppendNotification(nil, &n)
-			if err := p.add(ctx, kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}); err != nil {
+			var v []byte
+			if cfg.ExtraFields {
+				v = ShapedNotification(nil, &n, cfg.Fields, sum.Notifications, "")
+			} else {
+				v = cfg.Fields.AppendNotification(nil, &n)
+			}
+			m := kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}
+			if cfg.Headers {
+				m.Headers = NotificationHeaders(sum.Notifications)
+			}
+			if err := p.add(ctx, m); err != nil {
 				return sum, err
 			}
 			sum.Notifications++
@@ -265,7 +297,9 @@ type producer struct {
 const chunk = 1000
 
 func (p *producer) add(ctx context.Context, m kafka.Message) error {
-	m.Time = time.Now()
+	if m.Time.IsZero() {
+		m.Time = time.Now()
+	}
 	p.buf = append(p.buf, m)
 	size := chunk
 	if p.rate > 0 {

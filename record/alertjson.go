@@ -149,19 +149,64 @@ func AppendNotification(dst []byte, n *Notification) []byte {
 // appendNotificationFields appends the opening brace and the fields of n,
 // in Notification's field order, with its omitempty rules.
 func appendNotificationFields(dst []byte, n *Notification) []byte {
+	return appendNotificationNamed(dst, n, DefaultSymbolField)
+}
+
+// appendNotificationNamed is appendNotificationFields with the symbol
+// member named symbol.
+func appendNotificationNamed(dst []byte, n *Notification, symbol string) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = appendJSONString(dst, n.ID)
 	if n.User != "" {
 		dst = append(dst, `,"user":`...)
 		dst = appendJSONString(dst, n.User)
 	}
-	dst = append(dst, `,"symbol":`...)
+	if symbol == DefaultSymbolField {
+		dst = append(dst, `,"symbol":`...)
+	} else {
+		dst = append(dst, ',')
+		dst = appendJSONString(dst, symbol)
+		dst = append(dst, ':')
+	}
 	dst = appendJSONString(dst, n.Symbol)
 	if n.Text != "" {
 		dst = append(dst, `,"text":`...)
 		dst = appendJSONString(dst, n.Text)
 	}
 	return dst
+}
+
+// AppendTick appends the JSON of t with f's member names (defaults for
+// empty ones): AppendTick's bytes with those names.
+func (f Fields) AppendTick(dst []byte, t Tick) []byte {
+	f = f.WithDefaults()
+	dst = append(dst, '{')
+	dst = appendJSONString(dst, f.Symbol)
+	dst = append(dst, ':')
+	dst = appendJSONString(dst, t.Symbol)
+	dst = append(dst, ',')
+	dst = appendJSONString(dst, f.Price)
+	dst = append(dst, ':')
+	dst = appendJSONFloat(dst, t.Price)
+	return append(dst, '}')
+}
+
+// AppendNotification appends the JSON of n with f's symbol member name:
+// AppendNotification's bytes with that name.
+func (f Fields) AppendNotification(dst []byte, n *Notification) []byte {
+	return append(appendNotificationNamed(dst, n, f.WithDefaults().Symbol), '}')
+}
+
+// StringMember returns the string value of the top-level member name of
+// the JSON object value (matched as the decoders match names), for tools
+// that read one member of an alert or a notification back (an id). ok is
+// false when value is not a valid object or has no such string member.
+func StringMember(value []byte, name string) (_ string, ok bool) {
+	f := [1]jsonField{newField(name, false)}
+	if scanRecord(value, f[:], false) != nil || !f[0].set {
+		return "", false
+	}
+	return f[0].str, true
 }
 
 // appendJSONFloat formats f as encoding/json does for a float64 (ES6

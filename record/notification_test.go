@@ -261,3 +261,32 @@ func TestDecoderNames(t *testing.T) {
 		t.Fatalf("a tick with the default names: %v, want missing_field", err)
 	}
 }
+
+// TestFieldsEncoders: the encoders with other names write what the
+// decoders with those names read, and the default names byte for byte
+// the plain encoders.
+func TestFieldsEncoders(t *testing.T) {
+	n := Notification{ID: "n-1", User: "u", Symbol: "BBCA", Text: "t"}
+	tk := Tick{Symbol: "BBCA", Price: 9125.5}
+	if got, want := (Fields{}).AppendNotification(nil, &n), AppendNotification(nil, &n); string(got) != string(want) {
+		t.Errorf("default names: %s, want %s", got, want)
+	}
+	if got, want := (Fields{}).AppendTick(nil, tk), AppendTick(nil, tk); string(got) != string(want) {
+		t.Errorf("default names: %s, want %s", got, want)
+	}
+	f := Fields{Symbol: "tick\"er", Price: "last"}
+	d := NewDecoder(f, 0)
+	if got, err := d.Tick(f.AppendTick(nil, tk)); err != nil || got != tk {
+		t.Errorf("tick with %+v: %+v, %v", f, got, err)
+	}
+	v := f.AppendNotification(nil, &n)
+	if got, err := d.Notification(v); err != nil || got.Symbol != "BBCA" {
+		t.Errorf("notification %s with %+v: %+v, %v", v, f, got, err)
+	}
+	if id, ok := StringMember(v, "id"); !ok || id != "n-1" {
+		t.Errorf("StringMember(id) = %q, %v", id, ok)
+	}
+	if _, ok := StringMember([]byte(`{"id":1}`), "id"); ok {
+		t.Errorf("StringMember of a number: ok")
+	}
+}

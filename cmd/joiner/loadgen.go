@@ -31,6 +31,11 @@ func runLoadgen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Malformed, "malformed", 0, "malformed notifications to add (they go to the dead-letter topic)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "records per second; 0 is as fast as possible")
 	fs.StringVar(&cfg.RunID, "run-id", "", "tag in notification ids, to keep several runs apart")
+	fs.StringVar(&cfg.Fields.Symbol, "symbol-field", record.DefaultSymbolField, "name of the symbol member of ticks and notifications")
+	fs.StringVar(&cfg.Fields.Price, "price-field", record.DefaultPriceField, "name of the price member of ticks")
+	fs.BoolVar(&cfg.ExtraFields, "extra-fields", false, "notifications in five shapes with members of their own: nested values, long integers, escapes, members named like the join's")
+	fs.BoolVar(&cfg.Headers, "headers", false, "headers on every notification: traceparent, tracestate, tenant, a repeated and an empty one")
+	fs.DurationVar(&cfg.OutOfOrder, "out-of-order", 0, "stamp each tick up to this long before it is written: ticks out of timestamp order")
 	sec := kafkasec.AddFlags(fs.FlagSet)
 	fs.DurationVar(&cfg.RetryTimeout, "retry-timeout", loadgen.DefaultRetryTimeout, "how long failed writes are retried without progress before giving up")
 	if _, status, ok := fs.parse(args); !ok {

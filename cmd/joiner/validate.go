@@ -74,6 +74,12 @@ func (c *checks) positiveDuration(name string, d time.Duration) {
 	}
 }
 
+func (c *checks) nonNegativeDuration(name string, d time.Duration) {
+	if d < 0 {
+		c.fail("%s must not be a negative duration, got %s", c.source(name), d)
+	}
+}
+
 func (c *checks) oneOf(name, value string, allowed ...string) {
 	for _, a := range allowed {
 		if value == a {
@@ -133,6 +139,9 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.nonNegative("max-warmup-replicas", int64(cfg.MaxWarmupReplicas))
 	c.positiveDuration("probing-rebalance-interval", cfg.ProbingRebalanceInterval)
 	c.positiveDuration("max-task-idle", cfg.MaxTaskIdle)
+	c.nonNegativeDuration("grace", cfg.Grace)
+	c.nonEmpty("symbol-field", cfg.Fields.Symbol)
+	c.nonEmpty("price-field", cfg.Fields.Price)
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
 	c.positiveDuration("corrupt-retention", cfg.CorruptRetention)
@@ -159,5 +168,8 @@ func validateLoadgen(fs *flag.FlagSet, cfg *loadgen.Config, brokers []string) er
 	c.nonEmpty("market-topic", cfg.MarketTopic)
 	c.nonEmpty("notifications-topic", cfg.NotificationsTopic)
 	c.positiveDuration("retry-timeout", cfg.RetryTimeout)
+	c.nonEmpty("symbol-field", cfg.Fields.Symbol)
+	c.nonEmpty("price-field", cfg.Fields.Price)
+	c.nonNegativeDuration("out-of-order", cfg.OutOfOrder)
 	return c.err()
 }
