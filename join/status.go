@@ -78,6 +78,8 @@ type Stats struct {
 	// MovedTotal sums the moved counts of the plans this worker computed
 	// as leader.
 	MovedTotal int64 `json:"moved_total"`
+	// TicksLate counts the late ticks (joiner_ticks_late_total).
+	TicksLate int64 `json:"ticks_late"`
 }
 
 // Stats returns a snapshot of the worker's assignment and join counts.
@@ -103,6 +105,7 @@ func (w *Processor) Stats() Stats {
 		RestoredFailover: counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonFailover)),
 		RestoredStandby:  counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonStandby)),
 		RestoredWarmup:   counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonWarmup)),
+		TicksLate:        counterValue(w.metrics.TicksLate),
 	}
 }
 

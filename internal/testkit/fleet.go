@@ -167,6 +167,7 @@ func (f *Fleet) Totals() join.Stats {
 		t.RestoredRecords += s.RestoredRecords
 		t.Restores += s.Restores
 		t.MovedTotal += s.MovedTotal
+		t.TicksLate += s.TicksLate
 	}
 	for _, n := range f.Workers() {
 		add(n.Processor().Stats())
