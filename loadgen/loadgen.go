@@ -6,6 +6,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,11 @@ type Config struct {
 	// nested values, long integers, escapes, members named like the
 	// join's. Default: the plain {"id","user","symbol","text"}.
 	ExtraFields bool
+	// NotificationBytes pads each notification to at least this many
+	// bytes with a "meta" member holding an object (a channel, a language
+	// and a body of filler), as a notification with a text, a user and
+	// metadata is. Default: 0, no padding.
+	NotificationBytes int
 	// Headers puts NotificationHeaders on every notification.
 	Headers bool
 	// OutOfOrder stamps each tick up to this long before it is written
@@ -136,8 +142,8 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, errors.New("loadgen: counts must not be negative")
 	case cfg.Rate < 0 || math.IsNaN(cfg.Rate):
 		return Summary{}, errors.New("loadgen: rate must be 0 (as fast as possible) or positive")
-	case cfg.OutOfOrder < 0:
-		return Summary{}, errors.New("loadgen: OutOfOrder must not be negative")
+	case cfg.OutOfOrder < 0 || cfg.NotificationBytes < 0:
+		return Summary{}, errors.New("loadgen: OutOfOrder and NotificationBytes must not be negative")
 	}
 	w := cfg.Writer
 	if w == nil {
@@ -178,12 +184,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for k := 0; k < cfg.NotificationsPerSymbol; k++ {
 		for i, s := range syms {
 			n := NotificationOf(cfg.RunID, syms, i, k)
-			var v []byte
-			if cfg.ExtraFields {
-				v = ShapedNotification(nil, &n, cfg.Fields, sum.Notifications, "")
-			} else {
-				v = cfg.Fields.AppendNotification(nil, &n)
-			}
+			v := NotificationValue(cfg, &n, sum.Notifications)
 			m := kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}
 			if cfg.Headers {
 				m.Headers = NotificationHeaders(sum.Notifications)
@@ -214,6 +215,36 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	fmt.Fprintf(cfg.Progress, "loadgen: done: %d ticks, %d notifications, %d malformed in %s (%.0f records/s); %d records retried\n",
 		sum.Ticks, sum.Notifications, sum.Malformed, sum.Elapsed.Round(time.Millisecond), rate, sum.Retried)
 	return sum, nil
+}
+
+// NotificationValue is the value Run writes for notification n, the
+// seq-th of the run (from 0), with cfg's Fields, ExtraFields and
+// NotificationBytes.
+func NotificationValue(cfg Config, n *record.Notification, seq int) []byte {
+	var v []byte
+	if cfg.ExtraFields {
+		v = ShapedNotification(nil, n, cfg.Fields, seq, "")
+	} else {
+		v = cfg.Fields.AppendNotification(nil, n)
+	}
+	return pad(v, cfg.NotificationBytes)
+}
+
+// pad inserts a "meta" member before the closing brace of the object v so
+// that it has at least size bytes.
+func pad(v []byte, size int) []byte {
+	const head, tail = `,"meta":{"channel":"push","lang":"id","body":"`, `"}`
+	end := bytes.LastIndexByte(v, '}')
+	if size <= len(v) || end < 0 {
+		return v
+	}
+	filler := max(0, size-len(v)-len(head)-len(tail))
+	out := make([]byte, 0, len(v)+len(head)+filler+len(tail))
+	out = append(append(out, v[:end]...), head...)
+	for i := range filler {
+		out = append(out, "lorem ipsum "[i%12])
+	}
+	return append(append(out, tail...), v[end:]...)
 }
 
 // NotificationOf is the k-th notification (from 0) Run produces for

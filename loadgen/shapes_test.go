@@ -35,3 +35,29 @@ func TestShapedNotifications(t *testing.T) {
 		t.Errorf("headers %v", h)
 	}
 }
+
+// TestNotificationBytes: a padded notification has the size asked for,
+// is one the join takes, and keeps its members; a size below the
+// notification's pads nothing.
+func TestNotificationBytes(t *testing.T) {
+	n := record.Notification{ID: "n-1", User: "u42", Symbol: "BBCA", Text: "BBCA moved"}
+	plain := NotificationValue(Config{}, &n, 0)
+	for _, size := range []int{0, 10, len(plain), 100, 400, 4000} {
+		for _, extra := range []bool{false, true} {
+			v := NotificationValue(Config{NotificationBytes: size, ExtraFields: extra}, &n, 0)
+			if size > len(plain)+60 && len(v) != size {
+				t.Errorf("size %d: %d bytes: %s", size, len(v), v)
+			}
+			if size <= len(plain) && !extra && string(v) != string(plain) {
+				t.Errorf("size %d padded %s", size, v)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(v, &m); err != nil || m["id"] != "n-1" || m["symbol"] != "BBCA" {
+				t.Errorf("size %d: %s: %v %v", size, v, m, err)
+			}
+			if _, err := record.NewDecoder(record.Fields{}, 0).Notification(v); err != nil {
+				t.Errorf("size %d: %v", size, err)
+			}
+		}
+	}
+}

@@ -93,6 +93,7 @@ func TestLoadgenUsageErrors(t *testing.T) {
 		{"--symbol-field", ""},
 		{"--price-field", ""},
 		{"--out-of-order", "-1s"},
+		{"--notification-bytes", "-1"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := dispatch(append([]string{"loadgen", "--brokers", "127.0.0.1:1"}, args...), nil, &stdout, &stderr); code != 2 {
