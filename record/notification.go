@@ -1,6 +1,8 @@
 package record
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -55,6 +57,9 @@ const RenamePrefix = "notification_"
 func alertMember(name string) int {
 	switch len(name) {
 	case 5, 6, 11, 18:
+		if c := name[0]; c != 'n' && c != 'p' && c != 'r' && c != 'w' {
+			return -1
+		}
 		for i, m := range AlertMembers {
 			if name == m {
 				return i
@@ -228,8 +233,9 @@ func renames(name string, keys []objectKey) int {
 func duplicateKey(keys []objectKey) (string, bool) {
 	if len(keys) <= 16 {
 		for i := 1; i < len(keys); i++ {
+			a := keys[i].name
 			for j := range i {
-				if keys[i].name == keys[j].name {
+				if b := keys[j].name; len(a) == len(b) && (len(a) == 0 || a[0] == b[0]) && a == b {
 					return keys[i].name, true
 				}
 			}
@@ -244,6 +250,18 @@ func duplicateKey(keys []objectKey) (string, bool) {
 		seen[k.name] = struct{}{}
 	}
 	return "", false
+}
+
+// shortPlainLen is plainLen with the first 8 bytes checked inline: most
+// keys and many values end within them.
+func shortPlainLen(b []byte) int {
+	if len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		if m := (x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones)) & highs; m != 0 {
+			return bits.TrailingZeros64(m) / 8
+		}
+	}
+	return plainLen(b)
 }
 
 // CheckKey reports whether a notification's symbol is its record's key,
@@ -271,6 +289,7 @@ type objectKey struct {
 // skipped, and each member's name appended to keys. end is the index of
 // the closing '}' (-1 after a syntax error).
 func (s *jsonScanner) topObject(sym *jsonField, keys []objectKey) (_ []objectKey, end int) {
+	symASCII := plainLen([]byte(sym.name)) == len(sym.name)
 	if !s.push() {
 		return keys, -1
 	}
@@ -288,17 +307,30 @@ func (s *jsonScanner) topObject(sym *jsonField, keys []objectKey) (_ []objectKey
 			return keys, -1
 		}
 		start := s.i + 1
-		key, ok := s.stringToken(true)
-		if !ok {
-			return keys, -1
-		}
 		var name string
-		switch {
-		case len(key) == 0:
-		case &key[0] == &s.b[start]: // not unescaped: an alias
-			name = unsafe.String(&s.b[start], len(key))
-		default:
-			name = string(key)
+		// The common key: plain ASCII up to its closing quote (plainLen),
+		// an alias of the value. ASCII folding keeps lengths, so such a
+		// key matches an ASCII symbol name only at its length.
+		isSym := false
+		if end := start + shortPlainLen(s.b[start:]); end < len(s.b) && s.b[end] == '"' {
+			if end > start {
+				name = unsafe.String(&s.b[start], end-start)
+			}
+			s.i = end + 1
+			isSym = name == sym.name || (!symASCII || len(name) == len(sym.name)) && strings.EqualFold(name, sym.name)
+		} else {
+			key, ok := s.stringToken(true)
+			if !ok {
+				return keys, -1
+			}
+			switch {
+			case len(key) == 0:
+			case &key[0] == &s.b[start]: // not unescaped: an alias
+				name = unsafe.String(&s.b[start], len(key))
+			default:
+				name = string(key)
+			}
+			isSym = name == sym.name || strings.EqualFold(name, sym.name)
 		}
 		keys = append(keys, objectKey{name: name, start: start})
 		s.ws()
@@ -308,9 +340,17 @@ func (s *jsonScanner) topObject(sym *jsonField, keys []objectKey) (_ []objectKey
 		}
 		s.i++
 		s.ws()
-		if name == sym.name || strings.EqualFold(name, sym.name) {
+		switch {
+		case isSym:
 			s.stringField(sym)
-		} else {
+		case s.i < len(s.b) && s.b[s.i] == '"':
+			// The common value, a plain string, else scanString.
+			if end := s.i + 1 + shortPlainLen(s.b[s.i+1:]); end < len(s.b) && s.b[end] == '"' {
+				s.i = end + 1
+			} else {
+				s.scanString()
+			}
+		default:
 			s.skipValue()
 		}
 		s.ws()
