@@ -51,6 +51,10 @@ var exported = map[string]string{
 	"joiner_rebalance_tasks_revoked_total":  "counter",
 	"joiner_rebalance_tasks_assigned_total": "counter",
 	"joiner_standby_lag_records":            "gauge",
+
+	// The user's own records (issue 23).
+	"joiner_alert_field_conflicts_total": "counter",
+	"joiner_ticks_late_total":            "counter",
 }
 
 var (
