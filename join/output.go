@@ -24,13 +24,19 @@ type encoded struct {
 	// conflicts counts the notifications' members renamed in their alerts,
 	// per record.AlertMembers index.
 	conflicts [len(record.AlertMembers)]int
+	// headers are the headers of the alerts that have some, in order of
+	// their spans (most records have none: a span stays three ints).
+	headers []spanHeaders
 }
 
-// alertSpan locates one alert in encoded.buf: key [k, v), value [v, e);
-// headers are its notification's.
-type alertSpan struct {
-	k, v, e int
-	headers []kafka.Header
+// alertSpan locates one alert in encoded.buf: key [k, v), value [v, e).
+type alertSpan struct{ k, v, e int }
+
+// spanHeaders are the headers of the alert of encoded.spans[i], its
+// notification's.
+type spanHeaders struct {
+	i int
+	h []kafka.Header
 }
 
 // add encodes a with enc.
@@ -51,7 +57,7 @@ func (e *encoded) key(symbol string) (k, v int) {
 // endAlert records the alert of result whose key starts at k and whose
 // value, from v, was just appended.
 func (e *encoded) endAlert(k, v int, result record.Result) {
-	e.spans = append(e.spans, alertSpan{k: k, v: v, e: len(e.buf)})
+	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
 	if i := result.Index(); i >= 0 {
 		e.results[i]++
 	}
@@ -78,7 +84,9 @@ func (e *encoded) addJoined(enc *record.AlertEncoder, n *record.NotificationValu
 // n's members renamed in it are counted.
 func (e *encoded) endNotified(k, v int, n *record.NotificationValue, headers []kafka.Header, result record.Result) {
 	e.endAlert(k, v, result)
-	e.spans[len(e.spans)-1].headers = headers
+	if len(headers) > 0 {
+		e.headers = append(e.headers, spanHeaders{len(e.spans) - 1, headers})
+	}
 	for c := n.Conflicts(); c != 0; c &= c - 1 {
 		e.conflicts[bits.TrailingZeros8(c)]++
 	}
@@ -118,23 +126,23 @@ func (e *encoded) len() int {
 // encodedMark is the length of an encoded batch, to drop what was added
 // after it (rollback).
 type encodedMark struct {
-	buf, spans int
-	results    [len(record.Results)]int
-	conflicts  [len(record.AlertMembers)]int
+	buf, spans, headers int
+	results             [len(record.Results)]int
+	conflicts           [len(record.AlertMembers)]int
 }
 
 func (e *encoded) mark() encodedMark {
-	return encodedMark{len(e.buf), len(e.spans), e.results, e.conflicts}
+	return encodedMark{len(e.buf), len(e.spans), len(e.headers), e.results, e.conflicts}
 }
 
 func (e *encoded) rollback(m encodedMark) {
-	clear(e.spans[m.spans:]) // no references to rolled-back headers
-	e.buf, e.spans, e.results, e.conflicts = e.buf[:m.buf], e.spans[:m.spans], m.results, m.conflicts
+	clear(e.headers[m.headers:]) // no references to rolled-back records
+	e.buf, e.spans, e.headers, e.results, e.conflicts = e.buf[:m.buf], e.spans[:m.spans], e.headers[:m.headers], m.results, m.conflicts
 }
 
 func (e *encoded) reset() {
-	clear(e.spans) // no references to the headers of fetched records
-	e.buf, e.spans, e.results, e.conflicts = e.buf[:0], e.spans[:0], [len(record.Results)]int{}, [len(record.AlertMembers)]int{}
+	clear(e.headers) // no references to the headers of fetched records
+	e.buf, e.spans, e.headers, e.results, e.conflicts = e.buf[:0], e.spans[:0], e.headers[:0], [len(record.Results)]int{}, [len(record.AlertMembers)]int{}
 }
 
 // writeOut writes alerts and dead letters and waits for Kafka to
@@ -166,8 +174,13 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, batches []*
 	topic := w.cfg.Topics.Alerts
 	for _, e := range batches {
 		msgs = slices.Grow(msgs, len(e.spans))
-		for _, sp := range e.spans {
-			msgs = append(msgs, kafka.Message{Topic: topic, Key: e.buf[sp.k:sp.v:sp.v], Value: e.buf[sp.v:sp.e:sp.e], Headers: sp.headers})
+		h := e.headers
+		for i, sp := range e.spans {
+			m := kafka.Message{Topic: topic, Key: e.buf[sp.k:sp.v:sp.v], Value: e.buf[sp.v:sp.e:sp.e]}
+			if len(h) > 0 && h[0].i == i {
+				m.Headers, h = h[0].h, h[1:]
+			}
+			msgs = append(msgs, m)
 		}
 	}
 	alerts := len(msgs)

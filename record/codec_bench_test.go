@@ -98,6 +98,20 @@ func BenchmarkEncodeAlert(b *testing.B) {
 		}
 		b.SetBytes(int64(len(buf)))
 	})
+	b.Run("splice", func(b *testing.B) { // the join's: AlertEncoder.AppendPriced of the notification's bytes
+		n, err := NewDecoder(Fields{}, 0).Notification(benchNotification)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := NewAlertEncoder(benchAlert.Worker)
+		fields := AppendPriceFields(nil, *benchAlert.Price, benchAlert.PriceTsMs)
+		b.ReportAllocs()
+		buf := make([]byte, 0, 512)
+		for b.Loop() {
+			buf = e.AppendPriced(buf[:0], &n, benchAlert.NotificationTsMs, fields, ResultLocal)
+		}
+		b.SetBytes(int64(len(buf)))
+	})
 	b.Run("json.Marshal", func(b *testing.B) {
 		b.ReportAllocs()
 		var n int

@@ -164,7 +164,7 @@ func (d *Decoder) Notification(value []byte) (NotificationValue, error) {
 	if err := checkSize(value, d.maxBytes); err != nil {
 		return NotificationValue{}, err
 	}
-	var keyBuf [16]objectKey
+	var keyBuf [8]objectKey // most notifications have fewer members
 	s := jsonScanner{b: value, shared: true}
 	sym := d.symbol
 	start, end := -1, -1
@@ -175,7 +175,13 @@ func (d *Decoder) Notification(value []byte) (NotificationValue, error) {
 		return NotificationValue{}, reject(ReasonInvalidJSON, "empty record: want a JSON object")
 	case s.b[s.i] == '{':
 		start = s.i
-		keys, end = s.topObject(&sym, keys)
+		var ok bool
+		if keys, end, ok = s.fastTop(&sym, keys); !ok {
+			// Start again on the general path, from scratch.
+			s.i, s.depth, s.syntax, s.typeErr = start, 0, "", nil
+			sym.str, sym.set = "", false
+			keys, end = s.topObject(&sym, keys[:0])
+		}
 	case s.b[s.i] == 'n':
 		s.literal("null")
 	default:
@@ -281,6 +287,98 @@ func CheckKey(key []byte, symbol string) error {
 type objectKey struct {
 	name  string
 	start int
+}
+
+// fastTop is topObject's fast path for the common notification, an
+// object whose '{' is at s.i, whose keys are plain ASCII (plainLen) and
+// whose symbol is a plain string: plain string values are scanned in
+// place, others by scanString and skipValue. It returns false at anything
+// else (and for a symbol name that is not ASCII), leaving s, sym and keys
+// for the caller to reset.
+func (s *jsonScanner) fastTop(sym *jsonField, keys []objectKey) (_ []objectKey, end int, ok bool) {
+	b := s.b
+	if plainLen(unsafe.Slice(unsafe.StringData(sym.name), len(sym.name))) != len(sym.name) {
+		return keys, -1, false
+	}
+	s.depth = 1
+	i := s.i + 1 // after '{'
+	for {
+		i = wsAt(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return keys, -1, false
+		}
+		start := i + 1
+		e := start + shortPlainLen(b[start:])
+		if e >= len(b) || b[e] != '"' {
+			return keys, -1, false
+		}
+		var name string
+		if e > start {
+			name = unsafe.String(&b[start], e-start)
+		}
+		keys = append(keys, objectKey{name: name, start: start})
+		i = wsAt(b, e+1)
+		if i >= len(b) || b[i] != ':' {
+			return keys, -1, false
+		}
+		if i = wsAt(b, i+1); i >= len(b) {
+			return keys, -1, false
+		}
+		isSym := name == sym.name || len(name) == len(sym.name) && strings.EqualFold(name, sym.name)
+		switch {
+		case b[i] == '"':
+			vs := i + 1
+			ve := vs + shortPlainLen(b[vs:])
+			switch {
+			case ve < len(b) && b[ve] == '"':
+				if isSym {
+					sym.str, sym.set = "", true
+					if ve > vs {
+						sym.str = unsafe.String(&b[vs], ve-vs)
+					}
+				}
+				i = ve + 1
+			case isSym:
+				return keys, -1, false // to be unescaped: the general path
+			default:
+				s.i = i
+				if s.scanString(); s.syntax != "" {
+					return keys, -1, false
+				}
+				i = s.i
+			}
+		case isSym:
+			return keys, -1, false // null, or a wrong type: the general path says which
+		default:
+			s.i = i
+			s.skipValue()
+			if s.syntax != "" {
+				return keys, -1, false
+			}
+			i = s.i
+		}
+		if i = wsAt(b, i); i >= len(b) {
+			return keys, -1, false
+		}
+		switch b[i] {
+		case ',':
+			i++
+		case '}':
+			s.i, s.depth = i+1, 0
+			return keys, i, true
+		default:
+			return keys, -1, false
+		}
+	}
+}
+
+// wsAt is the index of the first byte at or after i of b that is not
+// JSON whitespace.
+func wsAt(b []byte, i int) int {
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // topObject scans the object whose '{' is at s.i, the top-level value of
