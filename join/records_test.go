@@ -130,3 +130,31 @@ func TestLateTicksCounted(t *testing.T) {
 		t.Errorf("the price as of 2000 after the late tick: %+v, %v; want the late tick's 2", tick, err)
 	}
 }
+
+// TestEncodedRollbackDropsHeaders: headers of alerts taken back by a
+// rollback do not go with the alerts added after it.
+func TestEncodedRollbackDropsHeaders(t *testing.T) {
+	w, _, _ := newTestWorker(t)
+	fw := &fakeWriter{}
+	w.cfg.Writer = fw
+	n, err := w.dec.Notification([]byte(`{"symbol":"BBCA"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e encoded
+	h := []kafka.Header{{Key: "traceparent", Value: []byte("kept")}}
+	e.addPriced(w.alerts, &n, h, 1, nil, record.ResultMiss)
+	m := e.mark()
+	e.addPriced(w.alerts, &n, []kafka.Header{{Key: "traceparent", Value: []byte("rolled back")}}, 2, nil, record.ResultMiss)
+	e.rollback(m)
+	e.addPriced(w.alerts, &n, nil, 3, nil, record.ResultMiss)
+	e.addPriced(w.alerts, &n, []kafka.Header{{Key: "traceparent", Value: []byte("third")}}, 4, nil, record.ResultMiss)
+	if err := w.writeOutWith(context.Background(), nil, []*encoded{&e}, nil); err != nil {
+		t.Fatal(err)
+	}
+	msgs := fw.byTopic(w.cfg.Topics.Alerts)
+	if len(msgs) != 3 || len(msgs[0].Headers) != 1 || string(msgs[0].Headers[0].Value) != "kept" || len(msgs[1].Headers) != 0 ||
+		len(msgs[2].Headers) != 1 || string(msgs[2].Headers[0].Value) != "third" {
+		t.Fatalf("messages %+v: want the first and third with their headers, the second with none", msgs)
+	}
+}
