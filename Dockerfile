@@ -1,5 +1,5 @@
 # joiner: static binary on distroless, non-root.
-#   docker build -t joiner .
+#   docker build --build-arg JOINER_REVISION=$(git rev-parse HEAD) -t joiner:$(cat VERSION) .
 # The build stage runs scripts/build, the same `go build` CI runs.
 
 FROM golang:1.26 AS build
@@ -7,6 +7,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# .git is not in the context: give the commit for `joiner version`,
+#   docker build --build-arg JOINER_REVISION=$(git rev-parse HEAD) -t joiner:$(cat VERSION) .
+ARG JOINER_REVISION
 RUN scripts/build /out/joiner \
  && mkdir -p /out/state
 

@@ -40,13 +40,7 @@ func environment(c config) []string {
 	if out, err := exec.Command("nproc").Output(); err == nil {
 		nproc = strings.TrimSpace(string(out))
 	}
-	commit := "unknown"
-	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		commit = strings.TrimSpace(string(out))
-		if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
-			commit += " (with uncommitted changes)"
-		}
-	}
+	commit := gitCommit()
 	java := "not used"
 	if c.kstreamsJar != "" {
 		if out, err := exec.Command(c.java, "-version").CombinedOutput(); err == nil {
@@ -62,6 +56,39 @@ func environment(c config) []string {
 		"java: " + java,
 		"load average at the start: " + loadavg() + " (other processes on this machine share its cores: compare ratios, not absolute rates)",
 	}
+}
+
+// gitCommit is the short commit of the checkout, "(with uncommitted
+// changes)" added when the tree differs from it; "unknown" outside git.
+func gitCommit() string {
+	commit := "unknown"
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+		if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
+			commit += " (with uncommitted changes)"
+		}
+	}
+	return commit
+}
+
+// The chart titles; TestChartTextFits checks each fits the chart's width.
+const (
+	throughputTitle = "Drain throughput, median of rounds (whiskers: min–max)"
+	latencyTitle    = "End-to-end latency percentiles, 1 worker"
+	restoreTitle    = "Restore rate of one market partition"
+)
+
+// What the rounds of a chart are: per contestant or kind (roundsEach), or
+// of the one contestant (roundsOnly).
+const (
+	roundsEach = " each; bar: median, whiskers: min–max"
+	roundsOnly = "; bar: median, whiskers: min–max"
+)
+
+// chartNote is the line at the bottom of every chart: when and on which
+// commit it was measured, and over how many rounds.
+func chartNote(date, commit string, rounds int, what string) string {
+	return fmt.Sprintf("%s · joiner %s · %d rounds%s", date, commit, rounds, what)
 }
 
 // loadavg is the 1, 5 and 15 minute load averages.
@@ -231,7 +258,9 @@ func (r *results) write(c config) (string, error) {
 	if err := os.MkdirAll(c.outDir, 0o755); err != nil {
 		return "", err
 	}
-	base := time.Now().UTC().Format("2006-01-02") + "-" + c.name
+	date := time.Now().UTC().Format("2006-01-02")
+	base := date + "-" + c.name
+	commit := gitCommit()
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Benchmark %s\n\n", base)
 	for _, e := range r.env {
@@ -247,7 +276,7 @@ func (r *results) write(c config) (string, error) {
 			s := spreadOf(collect(m[n], drainRound.Rate))
 			bars = append(bars, bar{Label: n, Value: s.Median, Low: s.Min, Hi: s.Max, Sublabel: rate(s.Median) + "/s"})
 		}
-		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart("Drain throughput, median of rounds (whiskers: min–max)", "notifications/s", bars), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(throughputTitle, "notifications/s", chartNote(date, commit, len(m[names[0]]), roundsEach), bars), 0o644); err != nil {
 			return "", err
 		}
 		fmt.Fprintf(&b, "\n## Drain throughput\n\nBacklog: %s. Each round starts the contestant with a fresh group and output topic (LogAppendTime) and ends when the output holds one record per notification. Ready: joiner's first task has restored its state and starts on its notifications (its log line); the pass-through and Kafka Streams print it (Kafka Streams at RUNNING). Rate = notifications / (last output append time − ready). CPU = user + system time of the contestant's processes (rusage), start to stop, per notification.\n\n![throughput](%s)\n\n", r.backlog, chart)
@@ -277,7 +306,7 @@ func (r *results) write(c config) (string, error) {
 			s := spreadOf(collect(r.latency, q.f))
 			bars = append(bars, bar{Label: q.name, Value: s.Median, Low: s.Min, Hi: s.Max, Sublabel: fmt.Sprintf("%.0f ms", s.Median)})
 		}
-		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart("End-to-end latency percentiles, 1 worker (whiskers: min–max of rounds)", "ms", bars), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(latencyTitle, "ms", chartNote(date, commit, len(r.latency), roundsOnly), bars), 0o644); err != nil {
 			return "", err
 		}
 		fmt.Fprintf(&b, "\n## End-to-end latency\n\nOne worker, %d partitions, a steady %.0f notifications/s and %.0f ticks/s interleaved for %.0f s per round (the first %.0f s left out). Market, notifications and alerts use LogAppendTime: latency = the alert's append time − the notification's append time (Kafka's acknowledgement of it).\n\n![latency](%s)\n\n",
@@ -295,7 +324,7 @@ func (r *results) write(c config) (string, error) {
 			{Label: "joiner restore into Pebble", Value: sj.Median, Low: sj.Min, Hi: sj.Max, Sublabel: rate(sj.Median) + "/s"},
 			{Label: "raw consume", Value: sr.Median, Low: sr.Min, Hi: sr.Max, Sublabel: rate(sr.Median) + "/s"},
 		}
-		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart("Restore rate of one market partition", "records/s", bars), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(restoreTitle, "records/s", chartNote(date, commit, len(j), roundsEach), bars), 0o644); err != nil {
 			return "", err
 		}
 		fmt.Fprintf(&b, "\n## Restore\n\nOne market partition of %.0f ticks. joiner: a fresh worker (fresh group and state dir) restores it into Pebble; rate = joiner_restore_records_total / joiner_restore_seconds_sum. Raw consume: `passthrough --consume-only`, the same kafka-go Fetch loop as joiner's partition reader, from the first offset to the end offset, no decode and no store. Interleaved.\n\n![restore](%s)\n\n", j[0].Records, chart)

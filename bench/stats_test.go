@@ -54,7 +54,7 @@ func TestBarChart(t *testing.T) {
 			v := r.Float64() * math.Pow(10, float64(r.IntN(7)))
 			bars = append(bars, bar{Label: "c<" + strconv.Itoa(i) + ">&", Value: v, Low: v * 0.9, Hi: v * 1.1, Sublabel: rate(v)})
 		}
-		svg := barChart("title & <x>", "unit", bars)
+		svg := barChart("title & <x>", "unit", "note", bars)
 		d := xml.NewDecoder(bytes.NewReader(svg))
 		for {
 			if _, err := d.Token(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"strings"
 )
 
 // bar is one bar of a chart: a value with an optional min–max whisker.
@@ -15,13 +16,25 @@ type bar struct {
 	Sublabel string  // printed above the bar, e.g. the value
 }
 
+// Chart geometry: every text line must fit the width (textWidth).
+const (
+	chartW, chartH                               = 640, 360
+	chartLeft, chartRight, chartTop, chartBottom = 70, 20, 40, 60
+	titleSize, noteSize                          = 15, 11
+	titleMaxWidth                                = chartW - chartLeft - chartRight
+	noteMaxWidth                                 = chartW - 2*noteX
+	noteX                                        = 10
+)
+
 // barChart draws a vertical bar chart as a standalone SVG document: title,
-// y axis from 0 with 5 gridlines, one bar per entry, whiskers for min–max.
-// Non-finite or negative values are drawn as empty bars.
-func barChart(title, unit string, bars []bar) []byte {
+// y axis from 0 with 5 gridlines, one bar per entry, whiskers for min–max,
+// and at the bottom the note (the run's date, commit and rounds). Non-finite
+// or negative values are drawn as empty bars. A title or note wider than
+// the chart is set in a smaller font until it fits (see textWidth).
+func barChart(title, unit, note string, bars []bar) []byte {
 	const (
-		w, h                     = 640, 360
-		left, right, top, bottom = 70, 20, 40, 60
+		w, h                     = chartW, chartH
+		left, right, top, bottom = chartLeft, chartRight, chartTop, chartBottom
 	)
 	plotW, plotH := float64(w-left-right), float64(h-top-bottom)
 	top_ := 0.0
@@ -42,7 +55,8 @@ func barChart(title, unit string, bars []bar) []byte {
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
 	fmt.Fprintf(&buf, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	fmt.Fprintf(&buf, `<text x="%d" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
+	fmt.Fprintf(&buf, `<text x="%d" y="22" font-size="%.1f" font-weight="bold">%s</text>`+"\n", left, fitSize(title, titleSize, titleMaxWidth, true), html.EscapeString(title))
+	fmt.Fprintf(&buf, `<text x="%d" y="%d" font-size="%.1f" fill="#555">%s</text>`+"\n", noteX, h-8, fitSize(note, noteSize, noteMaxWidth, false), html.EscapeString(note))
 	for i := 0; i <= 5; i++ {
 		v := scaleMax * float64(i) / 5
 		yy := y(v)
@@ -70,6 +84,39 @@ func barChart(title, unit string, bars []bar) []byte {
 	fmt.Fprintf(&buf, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", left, h-bottom, w-right, h-bottom)
 	buf.WriteString("</svg>\n")
 	return buf.Bytes()
+}
+
+// textWidth estimates the width in px of s in a sans-serif font of size
+// px, from Helvetica's advance widths by character class (an
+// over-estimate for most text, so what it says fits does).
+func textWidth(s string, size float64, bold bool) float64 {
+	em := 0.0
+	for _, r := range s {
+		switch {
+		case strings.ContainsRune("ijlI.,:;'|!", r):
+			em += 0.28
+		case strings.ContainsRune(" ()[]ft-/", r):
+			em += 0.36
+		case strings.ContainsRune("mwMW–—%@", r):
+			em += 0.92
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9' && bold:
+			em += 0.72
+		default:
+			em += 0.58
+		}
+	}
+	if bold {
+		em *= 1.07
+	}
+	return em * size
+}
+
+// fitSize is size, or the size below it at which s fits maxWidth.
+func fitSize(s string, size, maxWidth float64, bold bool) float64 {
+	if w := textWidth(s, size, bold); w > maxWidth {
+		return math.Floor(size*maxWidth/w*10) / 10
+	}
+	return size
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -53,6 +53,17 @@ type Config struct {
 	Progress io.Writer
 	// Logger receives the workers' logs. Default: warnings to stderr.
 	Logger *slog.Logger
+	// Serve, when set, keeps the workers running after the report (the
+	// Timeout then bounds the run up to the report only): Run calls
+	// Serve with the report and each worker's status page, then waits
+	// until ctx is done before it stops the workers and returns.
+	Serve func(Report, []WorkerPage)
+}
+
+// WorkerPage is the status page of one worker of a demo run.
+type WorkerPage struct {
+	Instance string
+	URL      string
 }
 
 // DefaultConfig returns the four-worker experiment.
@@ -136,8 +147,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	cfg.defaults()
+	// With Serve, the workers outlive the timeout (fleetCtx).
+	fleetCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	if cfg.Serve == nil {
+		fleetCtx = ctx
+	}
 	// Every progress line goes through hb, which adds a status line
 	// whenever nothing was written for a second.
 	hb := &heartbeat{out: cfg.Progress, last: time.Now()}
@@ -174,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%d", i+1)
 	}
-	f, err := startFleet(ctx, b, dir, node.Config{Assignor: cfg.Assignor, Fields: cfg.Fields, Grace: cfg.Grace, Logger: cfg.Logger}, names)
+	f, err := startFleet(fleetCtx, b, dir, node.Config{Assignor: cfg.Assignor, Fields: cfg.Fields, Grace: cfg.Grace, Logger: cfg.Logger}, names)
 	if err != nil {
 		return Report{}, err
 	}
@@ -240,6 +256,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		rep = f.report(cfg, sum.Notifications, alerts.Records)
 	}
 	rep.Elapsed = elapsed
+	if cfg.Serve != nil {
+		pages := make([]WorkerPage, 0, len(names))
+		for _, name := range names {
+			pages = append(pages, WorkerPage{Instance: name, URL: f.workers[name].StatusURL()})
+		}
+		cfg.Serve(rep, pages)
+		<-fleetCtx.Done()
+	}
 	return rep, nil
 }
 

@@ -197,8 +197,9 @@ func TestFaultNewGroupStartOffset(t *testing.T) {
 	h.f.Template.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	h.start("w1")
 	h.stable()
-	if !strings.Contains(logs.String(), "records_skipped="+strconv.Itoa(old.Notifications)) {
-		t.Errorf("no log line saying %d records are skipped:\n%s", old.Notifications, logs.String())
+	if !strings.Contains(logs.String(), "level=WARN msg=\"no committed offset: starting at the end") ||
+		!strings.Contains(logs.String(), "records_skipped="+strconv.Itoa(old.Notifications)) {
+		t.Errorf("no WARN saying %d records are skipped:\n%s", old.Notifications, logs.String())
 	}
 	h.produce(loadgen.Config{Symbols: 10, TicksPerSymbol: 1, NotificationsPerSymbol: 2})
 	a := checkAlerts(t, h)
@@ -215,8 +216,9 @@ func TestFaultNewGroupStartOffset(t *testing.T) {
 		StateDirs: []string{t.TempDir()}, HTTPAddr: "127.0.0.1:0", CacheBytes: 8 << 20,
 		Logger: slog.New(slog.NewTextHandler(&logs2, nil)),
 	})
-	if want := "records_to_replay=" + strconv.Itoa(old.Notifications+20); !strings.Contains(logs2.String(), want) {
-		t.Errorf("no log line with %s:\n%s", want, logs2.String())
+	if want := "records_to_replay=" + strconv.Itoa(old.Notifications+20); !strings.Contains(logs2.String(), want) ||
+		!strings.Contains(logs2.String(), "level=WARN msg=\"no committed offset: replaying") {
+		t.Errorf("no WARN with %s:\n%s", want, logs2.String())
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/statuspage"
 )
 
 // TestSecureFleet runs workers over TLS + SASL SCRAM to the broker, with a
@@ -152,6 +153,27 @@ func TestSecureFleet(t *testing.T) {
 	for _, want := range []string{`joiner_http_unauthorized_total{reason="missing"} 2`, `joiner_http_unauthorized_total{reason="invalid"} 1`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// The status page and its JSON, with the token: the group's grid was
+	// read from every member over https with the token.
+	for _, path := range []string{"/?refresh=0", "/v1/status"} {
+		code, body := get(path, token)
+		if code != 200 {
+			t.Errorf("GET %s with the token: %d: %s", path, code, body)
+		}
+		bodies = append(bodies, body)
+	}
+	var st statuspage.Status
+	if err := json.Unmarshal([]byte(bodies[len(bodies)-1]), &st); err != nil {
+		t.Fatalf("/v1/status: %v", err)
+	}
+	if len(st.Group.Members) != len(f.Workers()) {
+		t.Errorf("/v1/status names %d members, %d run", len(st.Group.Members), len(f.Workers()))
+	}
+	for _, m := range st.Group.Members {
+		if m.Error != "" {
+			t.Errorf("the status page could not read member %s: %s", m.Instance, m.Error)
 		}
 	}
 	// Plain http to the TLS listener gets nothing.

@@ -3,7 +3,6 @@ package group
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -33,17 +32,32 @@ var (
 
 	// errMetadataChanged means the leader saw the partition counts change
 	// since it planned: it rejoins so that a new plan is made.
-	errMetadataChanged = errors.New("group: topic partition counts changed")
+	errMetadataChanged error = rejoinNow("group: topic partition counts changed")
 
 	// errRevoked makes the member rejoin at once after an assignment
 	// that took tasks away from it (cooperative handover): the follow-up
 	// rebalance gives them to their new owners.
-	errRevoked = fmt.Errorf("group: tasks were revoked: %w", errMetadataChanged)
+	errRevoked error = rejoinNow("group: tasks were revoked")
 
 	// errProbing makes the leader rejoin for a probing rebalance while its
 	// plan has warm-ups.
-	errProbing = fmt.Errorf("group: probing rebalance: %w", errMetadataChanged)
+	errProbing error = rejoinNow("group: probing rebalance")
 )
+
+// rejoinNow is the error of a generation this member ends itself to
+// rejoin at once, keeping its membership (errMetadataChanged, errRevoked,
+// errProbing, errReleased); its text is the reason logged. Each is its
+// own reason: none wraps another, so a released task is not logged as a
+// change of partition counts.
+type rejoinNow string
+
+func (e rejoinNow) Error() string { return string(e) }
+
+// wantsRejoin reports whether err is one of the rejoinNow reasons.
+func wantsRejoin(err error) bool {
+	var r rejoinNow
+	return errors.As(err, &r)
+}
 
 // action is what the loop does after a failed request.
 type action int
@@ -59,7 +73,7 @@ func classify(err error) action {
 	var kerr kafka.Error
 	switch {
 	// Our sentinels first: they may wrap a Kafka error.
-	case errors.Is(err, errSyncClosed), errors.Is(err, errMetadataChanged):
+	case errors.Is(err, errSyncClosed), wantsRejoin(err):
 		return actRejoin
 	case errors.Is(err, errSessionLost):
 		return actReset

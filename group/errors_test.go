@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,9 +30,35 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("sync: %w: %w", errSyncClosed, io.ErrUnexpectedEOF), actRejoin},
 		{fmt.Errorf("%w: %w", errSessionLost, kafka.NotCoordinatorForGroup), actReset},
 		{errMetadataChanged, actRejoin},
+		{errReleased, actRejoin},
+		{fmt.Errorf("hold: %w", errRevoked), actRejoin},
+		{errProbing, actRejoin},
 	} {
 		if got := classify(tc.err); got != tc.want {
 			t.Errorf("classify(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+// The reason logged for a rejoin is its own: a released task (a lone
+// worker with an unusable state dir logged one per task) is not reported
+// as a change of the topics' partition counts.
+func TestRejoinReasons(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{errReleased, "released"},
+		{errRevoked, "revoked"},
+		{errProbing, "probing"},
+		{errMetadataChanged, "partition counts changed"},
+	} {
+		msg := tc.err.Error()
+		if !strings.Contains(msg, tc.want) || tc.err != errMetadataChanged && strings.Contains(msg, "partition counts") {
+			t.Errorf("rejoin reason %q, want it to say %q and nothing of partition counts", msg, tc.want)
+		}
+		if !wantsRejoin(tc.err) {
+			t.Errorf("%q does not make the member rejoin at once", msg)
 		}
 	}
 }

@@ -222,7 +222,7 @@ func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord 
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
 	defer cancel()
-	if err != nil && !errors.Is(err, kafka.RebalanceInProgress) && !errors.Is(err, errMetadataChanged) {
+	if err != nil && !errors.Is(err, kafka.RebalanceInProgress) && !wantsRejoin(err) {
 		m.log.Warn("group: membership lost; every task of this member is lost", "generation", a.Generation, "err", err)
 		m.lose(rctx, err)
 		return err

@@ -1,7 +1,6 @@
 package group
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -21,10 +20,9 @@ import (
 
 const userDataVersionRefused = 2
 
-// errReleased makes the heartbeat loop rejoin after Release. It wraps
-// errMetadataChanged: the generation is not lost, the member rejoins at
-// once.
-var errReleased = fmt.Errorf("group: a task was released: %w", errMetadataChanged)
+// errReleased makes the heartbeat loop rejoin after Release: the
+// generation is not lost, the member rejoins at once (rejoinNow).
+var errReleased error = rejoinNow("group: a task this member cannot run was released")
 
 // Release stops claiming task: it is not reported as owned, it is reported
 // as refused, and the member rejoins the group at the next heartbeat so

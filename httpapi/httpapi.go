@@ -1,7 +1,9 @@
 // Package httpapi serves a worker's HTTP API on one listener:
 //
 //	/metrics              Prometheus metrics of the gatherer
-//	/healthz              200 while the process is up
+//	/healthz              200 while the process is up; 503 when the
+//	                      Backend has a Healthy method that says not (a
+//	                      task store open that hangs)
 //	/readyz               200 once assigned and every state task restored, else 503
 //	/v1/assignment        this member's assignment and join counts (JSON)
 //	/v1/prices/{symbol}   the symbol's price from the local store: the
@@ -15,7 +17,8 @@
 //
 // It only translates HTTP to the Backend (a *join.Processor) and errors to
 // status codes; join's remote lookup client is the other side of
-// /v1/prices.
+// /v1/prices. The same listener serves the status page (/ and /v1/status,
+// package statuspage), mounted next to this handler by node.
 package httpapi
 
 import (
@@ -49,6 +52,13 @@ func Handler(b Backend, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		if h, ok := b.(interface{ Healthy() (bool, string) }); ok {
+			if ok, why := h.Healthy(); !ok {
+				rw.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(rw, why)
+				return
+			}
+		}
 		fmt.Fprintln(rw, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {

@@ -145,3 +145,25 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Errorf("/v1/nothing = %d", rec.Code)
 	}
 }
+
+type unhealthyBackend struct {
+	fakeBackend
+	healthy bool
+}
+
+func (u *unhealthyBackend) Healthy() (bool, string) { return u.healthy, "2 task store opens hang" }
+
+// /healthz is 503 with the reason while the backend says it is not
+// healthy (a task store open that hangs cannot be cleaned up but by a
+// restart), 200 otherwise.
+func TestHealthzFollowsHealthy(t *testing.T) {
+	b := &unhealthyBackend{}
+	h := Handler(b, prometheus.NewRegistry())
+	if rec := get(t, h, "/healthz"); rec.Code != 503 || rec.Body.String() != "2 task store opens hang\n" {
+		t.Errorf("/healthz of an unhealthy backend = %d %q", rec.Code, rec.Body)
+	}
+	b.healthy = true
+	if rec := get(t, h, "/healthz"); rec.Code != 200 || rec.Body.String() != "ok\n" {
+		t.Errorf("/healthz of a healthy backend = %d %q", rec.Code, rec.Body)
+	}
+}

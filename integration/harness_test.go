@@ -149,6 +149,14 @@ func newCluster(t *testing.T, partitions int) *cluster {
 // newClusterOn is newCluster on the given connection settings.
 func newClusterOn(t *testing.T, partitions int, cn *clusterNet) *cluster {
 	t.Helper()
+	return newClusterConfigured(t, partitions, cn, nil)
+}
+
+// newClusterConfigured is newClusterOn creating the topics with configs,
+// by the kind of topic: "market", "notifications", "alerts" or
+// "dead-letters".
+func newClusterConfigured(t *testing.T, partitions int, cn *clusterNet, configs map[string][]kafka.ConfigEntry) *cluster {
+	t.Helper()
 	brokers := cn.brokers
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
@@ -176,7 +184,8 @@ func newClusterOn(t *testing.T, partitions int, cn *clusterNet) *cluster {
 	topics := c.topics()
 	var cfgs []kafka.TopicConfig
 	for _, tp := range topics {
-		cfgs = append(cfgs, kafka.TopicConfig{Topic: tp, NumPartitions: partitions, ReplicationFactor: replicationFactor()})
+		kind := strings.TrimSuffix(tp, "-"+name)
+		cfgs = append(cfgs, kafka.TopicConfig{Topic: tp, NumPartitions: partitions, ReplicationFactor: replicationFactor(), ConfigEntries: configs[kind]})
 	}
 	res, err := c.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: cfgs})
 	if err != nil {

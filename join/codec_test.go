@@ -52,7 +52,7 @@ func joinChunk(tb testing.TB, pt *processTask, recs []fetchedRecord, e *encoded,
 	if err != nil || len(dead) != 0 || e.len() != len(recs) || e.results[0] != len(recs) {
 		tb.Fatalf("%d alerts (%v) of %d notifications, %d dead letters, %v", e.len(), e.results, len(recs), len(dead), err)
 	}
-	if err := pt.w.writeOutWith(ctx, s, []*encoded{e}, nil); err != nil {
+	if _, err := pt.w.writeOutWith(ctx, s, 0, []*encoded{e}, nil); err != nil {
 		tb.Fatal(err)
 	}
 }

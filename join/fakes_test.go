@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
@@ -75,10 +76,16 @@ func (f *fakeFetcher) ListOffsets(_ context.Context, req *kafka.ListOffsetsReque
 }
 
 // fakeWriter records what is written; fail makes the next writes fail.
+// maxBytes, when set, is a max.message.bytes for every topic: a larger
+// message is refused alone (a *produce.RejectedError), as
+// produce.Producer reports a broker's MESSAGE_TOO_LARGE, and the others
+// are written.
 type fakeWriter struct {
-	mu   sync.Mutex
-	msgs []kafka.Message
-	fail error
+	mu       sync.Mutex
+	msgs     []kafka.Message
+	fail     error
+	maxBytes int
+	refused  int // messages refused for maxBytes
 }
 
 func (f *fakeWriter) WriteMessages(_ context.Context, msgs ...kafka.Message) error {
@@ -87,12 +94,21 @@ func (f *fakeWriter) WriteMessages(_ context.Context, msgs ...kafka.Message) err
 	if f.fail != nil {
 		return f.fail
 	}
+	var rej produce.RejectedError
 	// Keep copies, as Kafka does: the outbox reuses the buffers of a write
 	// once it returned.
-	for _, m := range msgs {
+	for i, m := range msgs {
+		if f.maxBytes > 0 && produce.RecordBatchBytes(&m) > f.maxBytes {
+			rej.Rejected = append(rej.Rejected, produce.Rejected{Index: i, Err: fmt.Errorf("writing 1 messages to %s: %w", m.Topic, kafka.MessageSizeTooLarge)})
+			f.refused++
+			continue
+		}
 		m.Key, m.Value = bytes.Clone(m.Key), bytes.Clone(m.Value)
 		m.Headers = slices.Clone(m.Headers)
 		f.msgs = append(f.msgs, m)
+	}
+	if len(rej.Rejected) > 0 {
+		return &rej
 	}
 	return nil
 }

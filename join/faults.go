@@ -82,11 +82,15 @@ var (
 	corruptDirsDesc = prometheus.NewDesc("joiner_store_corrupt_dirs",
 		"Moved-aside task stores (task-<p>.corrupt-*) kept for inspection; deleted after --corrupt-retention.",
 		nil, nil)
+	stuckOpensDesc = prometheus.NewDesc("joiner_store_opens_stuck",
+		"Task store opens given up on (a full or failing disk, --state-open-timeout) that have not returned yet; /healthz fails while it is above 0, and the worker exits 1 when it stops.",
+		nil, nil)
 )
 
 func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- rebuildsDesc
 	ch <- corruptDirsDesc
+	ch <- stuckOpensDesc
 }
 
 func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -94,4 +98,15 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(c.m.RebuildsFor(r)), r)
 	}
 	ch <- prometheus.MustNewConstMetric(corruptDirsDesc, prometheus.GaugeValue, float64(c.m.CorruptDirs()))
+	ch <- prometheus.MustNewConstMetric(stuckOpensDesc, prometheus.GaugeValue, float64(c.m.StuckOpens()))
+}
+
+// Healthy answers /healthz: false while a task store open that was given
+// up on has not returned, since the process cannot clean it up (a restart
+// can: the free-space check then fails the task at once).
+func (w *Processor) Healthy() (bool, string) {
+	if n := w.cfg.Stores.StuckOpens(); n > 0 {
+		return false, fmt.Sprintf("%d task store opens hang (a full or failing disk?); restart the worker", n)
+	}
+	return true, "ok"
 }

@@ -65,6 +65,13 @@ func (g *gate) leave() {
 	}
 }
 
+// isShut reports whether the gate is closed (the task is paused).
+func (g *gate) isShut() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
 // shut stops new batches without waiting for those in flight.
 func (g *gate) shut() {
 	g.mu.Lock()

@@ -141,6 +141,19 @@ func TestKeptTaskRunsThroughRebalance(t *testing.T) {
 }
 
 // withStandby is assignment plus standby and warm-up tasks.
+// standby returns the rig's standby task of p, failing the test when it
+// has none.
+func (r *fakeRig) standby(t *testing.T, p int) *stateTask {
+	t.Helper()
+	r.w.mu.RLock()
+	sb := r.w.standbys[p]
+	r.w.mu.RUnlock()
+	if sb == nil {
+		t.Fatalf("no standby task for task %d", p)
+	}
+	return sb
+}
+
 func withStandby(a group.Assignment, standby, warmup []int) group.Assignment {
 	a.Standby, a.Warmup = standby, warmup
 	return a
@@ -158,18 +171,13 @@ func TestStandbyTask(t *testing.T) {
 	ctx := context.Background()
 	s1 := symbolOf(t, 1, 2)
 	for i := range 4 {
-		r.f.produce("market", 1, int64(1000+i), s1, tickJSON(s1, float64(i)))
+		r.f.produce("market", 1, int64(1000+i), s1, tickJSON(s1, float64(i)+0.5)) // a price is greater than zero
 	}
 	r.f.produce("market", 1, 1004, s1, `{"not a tick"`)
 	r.f.produce("notifications", 1, 5000, s1, noteJSON("n1", s1))
 
 	r.w.Assigned(ctx, withStandby(assignment(1, []int{0}, []int{0}), []int{1}, nil))
-	r.w.mu.RLock()
-	sb := r.w.standbys[1]
-	r.w.mu.RUnlock()
-	if sb == nil {
-		t.Fatal("no standby task for task 1")
-	}
+	sb := r.standby(t, 1)
 	waitFor(t, "the standby caught up", func() bool { return sb.appliedOffset() == 4 })
 	if st := r.w.stateTask(1); st != nil {
 		t.Error("the standby of task 1 serves lookups as if it were active")

@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -59,6 +60,7 @@ func (w *Processor) fetchRetrying(ctx context.Context, r *partitionReader, log *
 		}
 		log.Warn("fetch failed; retrying", "topic", r.topic, "offset", r.next, "err", err)
 		w.metrics.FetchErrors.Inc()
+		w.noteTaskErr(r.partition, fmt.Errorf("fetching %s-%d at offset %d: %w", r.topic, r.partition, r.next, err))
 		_ = sleep(ctx, backoff(attempt))
 	}
 	return nil, time.Time{}, false
@@ -123,6 +125,7 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 			// What was joined before the failure is written; the rest
 			// waits in the buffers.
 			log.Warn("cannot look prices up; retrying", "err", err)
+			w.noteTaskErr(t.p, err)
 			if sleep(ctx, backoff(lookupFailures)) != nil {
 				return
 			}
@@ -315,6 +318,9 @@ func (m *merger) chunkLimit() int {
 }
 
 func (m *merger) progressed() {
+	if m.stallLogged {
+		m.t.counters.waitSince.Store(0) // the wait for the market is over
+	}
 	m.waitStart, m.checked, m.stallLogged = time.Time{}, false, false
 	m.wait++
 }
@@ -459,6 +465,7 @@ func (m *merger) enterGate(ctx context.Context) error {
 
 func (m *merger) takeMarket(f fetched) {
 	m.mNext = f.next
+	m.st.rc.hwm.Store(f.hwm)
 	// A market fetch that reached its high watermark proves nothing about
 	// the notifications: a broker that just became the partition's leader
 	// answers fetches with its stale high watermark, below ticks that the
@@ -493,7 +500,9 @@ func (m *merger) takeNotifications(f fetched) {
 		m.nbuf = appendRecords(m.nbuf, f.recs)
 	}
 	if f.hwm >= 0 {
-		m.lag.Set(float64(max(f.hwm-f.next, 0) + int64(len(m.nbuf))))
+		lag := max(f.hwm-f.next, 0) + int64(len(m.nbuf))
+		m.lag.Set(float64(lag))
+		m.t.counters.nLag.Store(lag)
 	}
 }
 
@@ -540,7 +549,9 @@ func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *
 			m.forceBefore = m.confirmedBefore(sent)
 			return
 		}
+		m.t.counters.waitTsMs.Store(m.nbuf[0].Time.UnixMilli())
 		if !m.stallLogged {
+			m.t.counters.waitSince.Store(m.waitStart.UnixNano())
 			m.stallLogged = true
 			log.Warn("notifications wait for the market to be read past their time; they are not joined before (the market partition may have no leader)",
 				"notification_ts_ms", m.nbuf[0].Time.UnixMilli(), "market_next_offset", m.mNext, "waited", time.Since(m.waitStart).Round(time.Millisecond))

@@ -36,6 +36,14 @@ type Metrics struct {
 	// FieldConflicts: joiner_alert_field_conflicts_total{member}.
 	FieldConflicts *prometheus.CounterVec
 	TicksLate      prometheus.Counter // joiner_ticks_late_total
+
+	// Dead letters the dead-letter topic could not take whole:
+	// joiner_dead_letters_truncated_total{reason} and
+	// joiner_dead_letters_dropped_total{reason}.
+	DeadLettersTruncated *prometheus.CounterVec
+	DeadLettersDropped   *prometheus.CounterVec
+	// joiner_output_blocked
+	OutputBlocked prometheus.Gauge
 }
 
 // Reasons of joiner_restore_records_total: why market records were applied
@@ -93,6 +101,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "joiner_dead_letters_total",
 			Help: "Malformed input records routed to the dead-letter topic, by reason.",
 		}, []string{"reason"}),
+		DeadLettersTruncated: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_dead_letters_truncated_total",
+			Help: "Dead letters larger than the dead-letter topic's max.message.bytes, written truncated (their headers carry the original size and SHA-256), by reason; each is counted in joiner_dead_letters_total too.",
+		}, []string{"reason"}),
+		DeadLettersDropped: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_dead_letters_dropped_total",
+			Help: "Dead letters the dead-letter topic refused even truncated, or refused as invalid records, and that were dropped (logged at ERROR), by reason; not counted in joiner_dead_letters_total.",
+		}, []string{"reason"}),
+		OutputBlocked: f.NewGauge(prometheus.GaugeOpts{
+			Name: "joiner_output_blocked",
+			Help: "1 while writes of alerts or dead letters fail with an error no retry fixes (authorization, a missing topic: see /readyz and the ERROR log); the tasks hold and retry meanwhile. Else 0.",
+		}),
 		Alerts: f.NewCounter(prometheus.CounterOpts{
 			Name: "joiner_alerts_total",
 			Help: "Enriched alerts acknowledged by the alerts topic.",
@@ -171,8 +191,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, name := range record.AlertMembers {
 		m.FieldConflicts.WithLabelValues(name)
 	}
-	for _, r := range []string{record.ReasonInvalidJSON, record.ReasonMissingField, record.ReasonWrongType, record.ReasonOversized, record.ReasonInvalidValue} {
+	for _, r := range record.Reasons {
 		m.DeadLetters.WithLabelValues(r)
+		m.DeadLettersTruncated.WithLabelValues(r)
+		m.DeadLettersDropped.WithLabelValues(r)
 	}
 	return m
 }

@@ -2,11 +2,16 @@ package join
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
+	"strconv"
 	"sync"
 
+	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
@@ -27,10 +32,17 @@ type encoded struct {
 	// headers are the headers of the alerts that have some, in order of
 	// their spans (most records have none: a span stays three ints).
 	headers []spanHeaders
+	// src is the offset of the notification whose alert is added next
+	// (alertSpan.off), set by the caller.
+	src int64
 }
 
-// alertSpan locates one alert in encoded.buf: key [k, v), value [v, e).
-type alertSpan struct{ k, v, e int }
+// alertSpan locates one alert in encoded.buf: key [k, v), value [v, e);
+// off is the offset of its notification (-1: unknown).
+type alertSpan struct {
+	k, v, e int
+	off     int64
+}
 
 // spanHeaders are the headers of the alert of encoded.spans[i], its
 // notification's.
@@ -57,7 +69,7 @@ func (e *encoded) key(symbol string) (k, v int) {
 // endAlert records the alert of result whose key starts at k and whose
 // value, from v, was just appended.
 func (e *encoded) endAlert(k, v int, result record.Result) {
-	e.spans = append(e.spans, alertSpan{k, v, len(e.buf)})
+	e.spans = append(e.spans, alertSpan{k, v, len(e.buf), e.src})
 	if i := result.Index(); i >= 0 {
 		e.results[i]++
 	}
@@ -109,8 +121,10 @@ func (e *encoded) grow(recs []fetchedRecord, workerLen int) {
 	e.spans = slices.Grow(e.spans, len(recs))
 }
 
-// addAll encodes alerts with enc.
+// addAll encodes alerts with enc, of notifications whose offsets are not
+// known.
 func (e *encoded) addAll(enc *record.AlertEncoder, alerts []record.Alert) {
+	e.src = -1
 	for i := range alerts {
 		e.add(enc, &alerts[i])
 	}
@@ -150,26 +164,89 @@ func (e *encoded) reset() {
 func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
 	var e encoded
 	e.addAll(w.alerts, alerts)
-	return w.writeOutWith(ctx, nil, []*encoded{&e}, dead)
+	_, err := w.writeOutWith(ctx, nil, -1, []*encoded{&e}, dead)
+	return err
 }
 
 // outScratch is the message slice of one writer (the outbox), reused from
 // write to write: kafka-go does not hold a message once WriteMessages has
-// returned.
+// returned; notes are what writeOutWith knows of each message (none while
+// every message is an alert that fits: the usual write).
 type outScratch struct {
-	msgs []kafka.Message
+	msgs  []kafka.Message
+	notes []outNote
+	// onErr, when set, hears of each failed write (a task's last error).
+	onErr func(error)
 }
 
-// writeOutWith is writeOut of encoded batches, building the messages in s
-// (nil: fresh ones).
-func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, batches []*encoded, dead []deadLetter) error {
+// outNote is what writeOutWith knows of one message it writes: for a
+// dead letter (an alert refused becomes one), its reason, source and
+// error, and whether it was truncated (cut: the value bytes it kept) or
+// refused even so (dropped).
+type outNote struct {
+	reason, topic, source, err string
+	truncated, dropped         bool
+	cut                        int
+}
+
+// The headers of a dead letter: why it is one, the error, and the record
+// it holds (topic/partition/offset). A dead letter too large for its
+// topic's max.message.bytes keeps a prefix of its value, the value's
+// original size and SHA-256 (hex), and, when its key was cut too, the
+// key's original size.
+const (
+	headerReason       = "joiner-dead-letter-reason"
+	headerError        = "joiner-dead-letter-error"
+	headerSource       = "joiner-source"
+	headerOriginalSize = "joiner-dead-letter-original-size"
+	headerSHA256       = "joiner-dead-letter-original-sha256"
+	headerKeySize      = "joiner-dead-letter-original-key-size"
+)
+
+// DefaultMaxMessageBytes is the max.message.bytes taken for an output
+// topic that Config.MaxMessageBytes does not name: 1 MiB, about Kafka's
+// default (1,048,588).
+const DefaultMaxMessageBytes = 1 << 20
+
+// maxMessageBytes is topic's max.message.bytes (Config.MaxMessageBytes).
+func (w *Processor) maxMessageBytes(topic string) int {
+	if n := w.cfg.MaxMessageBytes[topic]; n > 0 {
+		return n
+	}
+	return DefaultMaxMessageBytes
+}
+
+// minTruncated is the fewest value bytes a truncated dead letter keeps:
+// a topic that refuses less refuses the dead letter (it is dropped and
+// counted).
+const minTruncated = 256
+
+// writeOutWith is writeOut of encoded batches of task's alerts (-1: none),
+// building the messages in s (nil: fresh ones). It returns how many of
+// the alerts were dead-lettered instead (alertTooLarge, or refused by the
+// broker).
+//
+// No message stalls the write: one larger than its topic's
+// max.message.bytes, or one the broker refuses on its own (too large, or
+// invalid: produce.RejectedError), is never retried as is. An alert
+// becomes a dead letter (record.ReasonAlertTooLarge or
+// record.ReasonAlertRejected) holding the alert; a dead letter too large
+// is truncated (joiner_dead_letters_truncated_total), to half its size
+// again each time the broker still refuses it; one that cannot be
+// truncated to fit, or that the broker refuses for another reason, is
+// dropped (joiner_dead_letters_dropped_total and an ERROR). Other errors
+// are retried with backoff until ctx is done; an error no retry fixes
+// (produce.ConfigError: authorization, a missing topic) also makes
+// /readyz fail and logs an ERROR until a write succeeds.
+func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, batches []*encoded, dead []deadLetter) (int, error) {
 	if s == nil {
 		s = &outScratch{}
 	}
-	msgs := s.msgs[:0]
+	msgs, notes := s.msgs[:0], s.notes[:0]
 	defer func() {
 		clear(msgs) // no stale references to batches and dead letters
-		s.msgs = msgs[:0]
+		clear(notes)
+		s.msgs, s.notes = msgs[:0], notes[:0]
 	}()
 	topic := w.cfg.Topics.Alerts
 	for _, e := range batches {
@@ -184,7 +261,17 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, batches []*
 		}
 	}
 	alerts := len(msgs)
+	// needNotes gives every message its note, once one needs it.
+	needNotes := func() {
+		if len(notes) < len(msgs) {
+			notes = slices.Grow(notes, len(msgs))[:len(msgs)]
+		}
+	}
+	if len(dead) > 0 {
+		notes = slices.Grow(notes, len(msgs)+len(dead))[:len(msgs)]
+	}
 	for _, d := range dead {
+		source := fmt.Sprintf("%s/%d/%d", d.topic, d.partition, d.rec.Offset)
 		msgs = append(msgs, kafka.Message{
 			Topic: w.cfg.Topics.DeadLetter,
 			Key:   d.rec.Key,
@@ -192,34 +279,248 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, batches []*
 			Time:  d.rec.Time,
 			// The record's own headers, in order, then the reasons.
 			Headers: append(slices.Clip(d.rec.Headers),
-				kafka.Header{Key: "joiner-dead-letter-reason", Value: []byte(d.reason)},
-				kafka.Header{Key: "joiner-dead-letter-error", Value: []byte(d.err)},
-				kafka.Header{Key: "joiner-source", Value: fmt.Appendf(nil, "%s/%d/%d", d.topic, d.partition, d.rec.Offset)},
+				kafka.Header{Key: headerReason, Value: []byte(d.reason)},
+				kafka.Header{Key: headerError, Value: []byte(d.err)},
+				kafka.Header{Key: headerSource, Value: []byte(source)},
 			),
 		})
+		notes = append(notes, outNote{reason: d.reason, topic: d.topic, source: source, err: d.err})
 	}
 	if len(msgs) == 0 {
-		return nil
+		return 0, nil
 	}
-	for attempt := 0; ; attempt++ {
-		err := w.cfg.Writer.WriteMessages(ctx, msgs...)
+	// What the next write sends: msgs, or (after a refusal) the messages
+	// of msgs at the indexes in at.
+	send, at := msgs, []int(nil)
+	dropped := false
+	blocked := false // this write counts in w.outBlocked
+	defer func() {
+		if blocked {
+			w.unblockOutput()
+		}
+	}()
+	alertLimit, deadLimit := w.maxMessageBytes(topic), w.maxMessageBytes(w.cfg.Topics.DeadLetter)
+	for i := range msgs {
+		limit := alertLimit
+		if i >= alerts {
+			limit = deadLimit
+		}
+		if produce.RecordBatchBytes(&msgs[i]) > limit {
+			needNotes()
+			dropped = !w.refuse(msgs, notes, i, alerts, task, batches, nil) || dropped
+		}
+	}
+	if dropped {
+		at = []int{}
+		for i := range notes {
+			if !notes[i].dropped {
+				at = append(at, i)
+			}
+		}
+		send = nil
+	}
+	for attempt := 0; len(send) > 0 || len(at) > 0; {
+		if at != nil {
+			send = send[:0]
+			for _, i := range at {
+				send = append(send, msgs[i])
+			}
+		}
+		err := w.cfg.Writer.WriteMessages(ctx, send...)
 		if err == nil {
 			break
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return 0, ctx.Err()
+		}
+		var rej *produce.RejectedError
+		if errors.As(err, &rej) {
+			// Every other message was written: send the refused ones
+			// again, changed, or not at all.
+			var again []int
+			needNotes()
+			for _, r := range rej.Rejected {
+				i := r.Index
+				if at != nil {
+					i = at[i]
+				}
+				if w.refuse(msgs, notes, i, alerts, task, batches, r.Err) {
+					again = append(again, i)
+				}
+			}
+			if len(again) == 0 {
+				break
+			}
+			if at == nil {
+				send = nil // msgs itself: not to be overwritten
+			}
+			at = again
+			continue
 		}
 		w.metrics.ProduceErrors.Inc()
-		w.log.Warn("writing alerts failed; retrying the batch", "alerts", alerts, "dead_letters", len(dead), "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
+		if s.onErr != nil {
+			s.onErr(fmt.Errorf("writing %d alerts and %d dead letters: %w", alerts, len(dead), err))
 		}
+		if produce.ConfigError(err) {
+			w.blockOutput(err, !blocked)
+			blocked = true
+			w.outLog.Error("output:config", "writing alerts or dead letters fails with an error no retry fixes; this task holds until the cluster or the worker's configuration is fixed (/readyz fails meanwhile)",
+				"alerts", alerts, "dead_letters", len(dead), "err", err)
+		} else {
+			w.log.Warn("writing alerts failed; retrying the batch", "alerts", alerts, "dead_letters", len(dead), "err", err)
+		}
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return 0, err
+		}
+		attempt++
 	}
-	for _, d := range dead {
-		w.metrics.DeadLetters.WithLabelValues(d.reason).Inc()
-		w.log.Warn("dead-lettered a malformed record", "topic", d.topic, "partition", d.partition, "offset", d.rec.Offset, "reason", d.reason, "err", d.err)
+	rerouted := 0
+	for i := range notes {
+		n := &notes[i]
+		if i < alerts && n.reason == "" {
+			continue // an alert
+		}
+		if i < alerts {
+			rerouted++
+		}
+		if n.dropped {
+			w.metrics.DeadLettersDropped.WithLabelValues(n.reason).Inc()
+			w.outLog.Error("dropped/"+n.reason, "the dead-letter topic refused a dead letter even truncated; it is dropped (counted in joiner_dead_letters_dropped_total)",
+				"source", n.source, "reason", n.reason, "err", n.err)
+			continue
+		}
+		w.metrics.DeadLetters.WithLabelValues(n.reason).Inc()
+		if n.truncated {
+			w.metrics.DeadLettersTruncated.WithLabelValues(n.reason).Inc()
+		}
+		w.outLog.Warn(n.reason+"/"+n.topic, "dead-lettered records (one line per reason and topic per interval, with the count suppressed since the last; joiner_dead_letters_total counts each)",
+			"topic", n.topic, "source", n.source, "reason", n.reason, "err", n.err, "truncated", n.truncated)
 	}
-	return nil
+	return rerouted, nil
+}
+
+// refuse changes message i of msgs, which its topic cannot take (cause,
+// from the broker; nil: larger than its max.message.bytes), into what is
+// written instead, and reports whether there is one (else it is dropped).
+// The first alerts of msgs are the alerts of batches, of task.
+func (w *Processor) refuse(msgs []kafka.Message, notes []outNote, i, alerts, task int, batches []*encoded, cause error) bool {
+	m, n := &msgs[i], &notes[i]
+	tooLarge := cause == nil || errors.Is(cause, kafka.MessageSizeTooLarge) || errors.Is(cause, kafka.RecordListTooLarge)
+	if i < alerts && n.reason == "" {
+		// An alert: dead-letter it, with the notification it is of.
+		n.reason, n.topic = record.ReasonAlertTooLarge, w.cfg.Topics.Notifications
+		if cause == nil {
+			n.err = fmt.Sprintf("the alert of %d bytes is larger than the max.message.bytes of %s (%d)", len(m.Value), m.Topic, w.maxMessageBytes(m.Topic))
+		} else {
+			n.err = fmt.Sprintf("%s refused the alert of %d bytes: %v", m.Topic, len(m.Value), cause)
+			if !tooLarge {
+				n.reason = record.ReasonAlertRejected
+			}
+		}
+		n.source = fmt.Sprintf("%s/%d/%d", n.topic, task, alertOffset(batches, i))
+		*m = kafka.Message{
+			Topic: w.cfg.Topics.DeadLetter,
+			Key:   m.Key,
+			Value: m.Value,
+			Headers: []kafka.Header{
+				{Key: headerReason, Value: []byte(n.reason)},
+				{Key: headerError, Value: []byte(n.err)},
+				{Key: headerSource, Value: []byte(n.source)},
+			},
+		}
+		if produce.RecordBatchBytes(m) <= w.maxMessageBytes(m.Topic) {
+			return true
+		}
+		cause, tooLarge = nil, true
+	}
+	if !tooLarge {
+		n.dropped, n.err = true, fmt.Sprintf("%s; then %s refused it: %v", n.err, m.Topic, cause)
+		return false
+	}
+	if !truncate(m, n, w.maxMessageBytes(m.Topic), cause != nil) {
+		n.dropped = true
+		if cause != nil {
+			n.err = fmt.Sprintf("%s; then %s refused it truncated: %v", n.err, m.Topic, cause)
+		}
+		return false
+	}
+	return true
+}
+
+// truncate cuts dead letter m to fit limit, or, when the broker refused
+// it already truncated (again), to half the value it kept, and records
+// the original value's size and SHA-256 in its headers the first time. It
+// reports false when even minTruncated bytes of value do not fit.
+func truncate(m *kafka.Message, n *outNote, limit int, again bool) bool {
+	if !n.truncated {
+		sum := sha256.Sum256(m.Value)
+		m.Headers = append(slices.Clip(m.Headers),
+			kafka.Header{Key: headerOriginalSize, Value: strconv.AppendInt(nil, int64(len(m.Value)), 10)},
+			kafka.Header{Key: headerSHA256, Value: hex.AppendEncode(nil, sum[:])})
+		n.truncated, n.cut = true, len(m.Value)
+	}
+	value := m.Value
+	m.Value = nil
+	if len(m.Key) > minTruncated && produce.RecordBatchBytes(m)+minTruncated > limit {
+		// The key alone leaves no room: keep a prefix of it too.
+		m.Headers = append(m.Headers, kafka.Header{Key: headerKeySize, Value: strconv.AppendInt(nil, int64(len(m.Key)), 10)})
+		m.Key = m.Key[:minTruncated:minTruncated]
+	}
+	room := min(limit-produce.RecordBatchBytes(m), n.cut)
+	if again {
+		room = min(room, n.cut/2)
+	}
+	if room < minTruncated {
+		m.Value = value
+		return false
+	}
+	m.Value, n.cut = value[:room:room], room
+	return true
+}
+
+// alertOffset is the offset of the notification of the i-th alert of
+// batches (-1 when it is not known).
+func alertOffset(batches []*encoded, i int) int64 {
+	for _, e := range batches {
+		if i < len(e.spans) {
+			return e.spans[i].off
+		}
+		i -= len(e.spans)
+	}
+	return -1
+}
+
+// blockOutput records err, an error no retry fixes that a write fails
+// with, for /readyz and joiner_output_blocked; first: the write was not
+// blocked before. Each write blocked counts until it ends
+// (unblockOutput), so one task's write that succeeds does not hide
+// another's that cannot.
+func (w *Processor) blockOutput(err error, first bool) {
+	why := "writing alerts or dead letters fails: " + err.Error()
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	w.outFault = why
+	if first {
+		w.outBlocked++
+	}
+	w.metrics.OutputBlocked.Set(1)
+}
+
+// unblockOutput ends a blocked write (blockOutput).
+func (w *Processor) unblockOutput() {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	if w.outBlocked--; w.outBlocked == 0 {
+		w.outFault = ""
+		w.metrics.OutputBlocked.Set(0)
+	}
+}
+
+// outputFault is why writes are blocked, "" when none is.
+func (w *Processor) outputFault() string {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	return w.outFault
 }
 
 // flush writes encoded alerts and dead letters, waits for Kafka to
@@ -232,7 +533,8 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
-	if err := w.writeOutWith(ctx, s, batches, dead); err != nil {
+	rerouted, err := w.writeOutWith(ctx, s, t.p, batches, dead)
+	if err != nil {
 		return err
 	}
 	// Counted per result, one counter update per result and write.
@@ -253,6 +555,7 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 	for i, n := range counts {
 		if n > 0 {
 			w.metrics.Joins.WithLabelValues(string(record.Results[i])).Add(float64(n))
+			t.counters.joins[i].Add(int64(n))
 		}
 	}
 	for i, n := range conflicts {
@@ -260,7 +563,10 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 			w.metrics.FieldConflicts.WithLabelValues(record.AlertMembers[i]).Add(float64(n))
 		}
 	}
-	w.metrics.Alerts.Add(float64(alerts))
+	if n := len(dead) + rerouted; n > 0 {
+		t.counters.dead.Add(int64(n))
+	}
+	w.metrics.Alerts.Add(float64(alerts - rerouted))
 	return nil
 }
 
@@ -303,7 +609,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup, free 
 	wg.Add(1)
 	go func() {
 		var (
-			scratch outScratch
+			scratch = outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}
 			batches []*encoded
 			dead    []deadLetter
 		)

@@ -88,7 +88,7 @@ func benchmarkJoinPath(b *testing.B, history bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := w.writeOutWith(ctx, &scratch, []*encoded{&e}, dead); err != nil {
+		if _, err := w.writeOutWith(ctx, &scratch, 0, []*encoded{&e}, dead); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -96,6 +96,6 @@ func benchmarkJoinPath(b *testing.B, history bool) {
 	b.ReportMetric(float64(testing.AllocsPerRun(1, func() {
 		e.reset()
 		dead, _ := t.joinInto(ctx, &e, recs)
-		_ = w.writeOutWith(ctx, &scratch, []*encoded{&e}, dead)
+		_, _ = w.writeOutWith(ctx, &scratch, 0, []*encoded{&e}, dead)
 	}))/float64(len(recs)), "allocs/notification")
 }

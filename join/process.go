@@ -3,6 +3,7 @@ package join
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,9 @@ type processTask struct {
 	// latestParts partitions: when their count changes it is emptied.
 	latest      map[string]*latestPrice
 	latestParts int
+
+	// counters are the task's counts for TaskStatus (taskstatus.go).
+	counters taskCounters
 }
 
 // latestPrice is a symbol's newest version in a merged task's store, and
@@ -87,6 +91,7 @@ func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
 	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{}), gate: newGate()}
 	t.acked.Store(-1)
 	t.ackedTs.Store(-1)
+	t.counters.nLag.Store(-1)
 	return t
 }
 
@@ -142,6 +147,7 @@ func (t *processTask) run(ctx context.Context) {
 			}
 			log.Warn("fetch failed; retrying", "err", err)
 			w.metrics.FetchErrors.Inc()
+			w.noteTaskErr(t.p, fmt.Errorf("fetching %s-%d: %w", w.cfg.Topics.Notifications, t.p, err))
 			_ = sleep(ctx, backoff(attempt))
 			attempt++
 			continue
@@ -149,6 +155,7 @@ func (t *processTask) run(ctx context.Context) {
 		attempt = 0
 		if r.hwm >= 0 {
 			lag.Set(float64(max(r.hwm-r.next, 0)))
+			t.counters.nLag.Store(max(r.hwm-r.next, 0))
 		}
 		if len(recs) == 0 {
 			continue
@@ -163,6 +170,7 @@ func (t *processTask) run(ctx context.Context) {
 			r.next = recs[0].Offset
 			if errors.Is(err, errLookup) {
 				log.Warn("cannot look prices up; retrying the batch", "from_offset", r.next, "err", err)
+				w.noteTaskErr(t.p, err)
 				if sleep(ctx, backoff(lookupFailures)) != nil {
 					return
 				}
@@ -193,7 +201,7 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 	if err != nil {
 		return err
 	}
-	return t.flush(ctx, nil, []*encoded{&e}, dead)
+	return t.flush(ctx, &outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}, []*encoded{&e}, dead)
 }
 
 // joinInto decodes recs, joins each notification with its price as of its
@@ -224,7 +232,9 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		tasks  []int
 		price  float64
 	)
+	var offs []int64 // of others
 	for _, rec := range recs {
+		e.src = rec.Offset
 		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
 			k := len(e.buf)
 			e.buf = append(e.buf, rec.Key...)
@@ -238,7 +248,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		// may alias it; the alert holds them until it is encoded.
 		n, err := w.dec.Notification(rec.Value)
 		if err == nil {
-			err = record.CheckKey(rec.Key, n.Symbol)
+			err = record.CheckNotificationKey(rec.Key, n.Symbol)
 		}
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
@@ -259,6 +269,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		if t.st == nil || q != t.p {
 			others, notes, heads = append(others, a), append(notes, n), append(heads, rec.Headers)
 			tasks = append(tasks, q)
+			offs = append(offs, rec.Offset)
 			continue
 		}
 		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs); err != nil {
@@ -276,6 +287,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			return nil, err
 		}
 		for i := range others {
+			e.src = offs[i]
 			e.addJoined(w.alerts, &notes[i], heads[i], &others[i])
 		}
 	}

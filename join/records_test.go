@@ -149,7 +149,7 @@ func TestEncodedRollbackDropsHeaders(t *testing.T) {
 	e.rollback(m)
 	e.addPriced(w.alerts, &n, nil, 3, nil, record.ResultMiss)
 	e.addPriced(w.alerts, &n, []kafka.Header{{Key: "traceparent", Value: []byte("third")}}, 4, nil, record.ResultMiss)
-	if err := w.writeOutWith(context.Background(), nil, []*encoded{&e}, nil); err != nil {
+	if _, err := w.writeOutWith(context.Background(), nil, -1, []*encoded{&e}, nil); err != nil {
 		t.Fatal(err)
 	}
 	msgs := fw.byTopic(w.cfg.Topics.Alerts)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/segmentio/kafka-go"
 )
@@ -91,6 +92,10 @@ type stateTask struct {
 	next     int64 // next market offset to read
 	lastTsMs int64 // greatest record timestamp applied
 	changed  chan struct{}
+
+	// rc is the task's restore progress and market counts for
+	// TaskStatus (taskstatus.go).
+	rc restoreCounters
 }
 
 func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *stateTask {
@@ -108,6 +113,7 @@ func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *st
 	s.committedTs.Store(-1)
 	s.joinedTs.Store(-1)
 	s.role.Store(roleActive)
+	s.rc.init()
 	return s
 }
 
@@ -153,9 +159,11 @@ func (s *stateTask) countRestored(n int) {
 	}
 }
 
-// observeEnd sets a standby's lag gauge from the market's end offset (a
-// fetch's high watermark).
+// observeEnd records the market's end offset (a fetch's high watermark)
+// for the task's market lag (TaskStatus) and sets a standby's lag gauge
+// from it.
 func (s *stateTask) observeEnd(hwm int64) {
+	s.rc.hwm.Store(hwm)
 	if hwm < 0 || !s.isStandby() {
 		return
 	}
@@ -341,6 +349,7 @@ func (s *stateTask) run(ctx context.Context) {
 			break
 		}
 		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
+		w.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", w.cfg.Topics.Market, s.p, err))
 		if sleep(ctx, backoff(attempt)) != nil {
 			return
 		}
@@ -350,6 +359,9 @@ func (s *stateTask) run(ctx context.Context) {
 		// holds nothing before first.
 		r.next = first
 	}
+	s.rc.began.Store(began.UnixNano())
+	s.rc.from.Store(r.next)
+	s.rc.end.Store(end)
 	log.Info("restore started", "from_offset", r.next, "end_offset", end, "role", s.roleName(), "reason", s.restoreReason())
 	s.observeEnd(end)
 	restoredRecords, ok := s.restore(ctx, r, end, dlqFrom, log)
@@ -469,6 +481,7 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		next = f.next
 		s.advance(next, -1)
 		n += int64(f.n)
+		s.rc.done.Store(n)
 		s.countRestored(f.n)
 		s.observeEnd(f.hwm)
 		if time.Since(lastLog) >= time.Second {
@@ -524,6 +537,7 @@ func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, 
 			default:
 			}
 			n += int64(d.n)
+			s.rc.done.Store(n)
 			s.countRestored(d.n)
 			s.observeEnd(d.hwm)
 			if time.Since(lastLog) >= time.Second {
@@ -606,10 +620,12 @@ func (s *stateTask) loadDecodedRetrying(ctx context.Context, load *restoreLoad, 
 			return err
 		}
 		w.log.Warn("dead-lettering malformed market records failed; retrying", "task", s.p, "err", err)
+		w.noteTaskErr(s.p, err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
 	}
+	s.rc.dead.Add(int64(len(d.dead)))
 	load.l.Add(d.ticks)
 	// The ranges of a chunk come in any order.
 	load.last, load.maxTs, load.added = max(load.last, d.last), max(load.maxTs, d.maxTs), true
@@ -635,6 +651,7 @@ func (s *stateTask) commitLoadRetrying(ctx context.Context, load *restoreLoad) e
 			return err
 		}
 		s.w.log.Warn("storing restored market records failed; retrying", "task", s.p, "offset", load.last, "err", err)
+		s.w.noteTaskErr(s.p, err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
@@ -682,6 +699,7 @@ func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *s
 		}
 		attempt = 0
 	}
+	s.rc.dead.Add(int64(routed))
 	if routed > 0 {
 		log.Info("dead-lettered the malformed ticks its standby copy had skipped", "records", routed, "from_offset", from, "to_offset", to)
 	}
@@ -761,6 +779,7 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 			return err
 		}
 		s.w.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
+		s.w.noteTaskErr(s.p, err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
@@ -780,9 +799,9 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 		return 0, false
 	}
 	s.advance(r.next, -1)
+	s.observeEnd(r.hwm)
 	if s.isStandby() {
 		s.countRestored(len(recs))
-		s.observeEnd(r.hwm)
 	}
 	return len(recs), true
 }
@@ -806,7 +825,12 @@ func (s *stateTask) applyTicks(ctx context.Context, recs []fetchedRecord, dlqFro
 }
 
 // decodeInto adds recs to d: their ticks, and the malformed ones at or
-// after dlqFrom as dead letters.
+// after dlqFrom as dead letters. It is where every market record is
+// judged, for a restore, a bulk load, the tail of an unmerged or standby
+// task and the merge alike: a tick is stored only if it decodes, its
+// price is a finite number greater than zero, and its record key is its
+// symbol (record.CheckKey; a tick keyed otherwise was written to its
+// key's partition, which may not be its symbol's task).
 func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom int64) {
 	if len(recs) == 0 {
 		return
@@ -823,6 +847,9 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 		// The fetched value is never written again (package fetch), so
 		// the tick's symbol may alias it: the store copies what it keeps.
 		t, err := w.dec.Tick(rec.Value)
+		if err == nil {
+			err = record.CheckKey(rec.Key, t.Symbol)
+		}
 		if err != nil {
 			if rec.Offset >= dlqFrom {
 				d.dead = append(d.dead, newDeadLetter(w.cfg.Topics.Market, s.p, *rec, err))
@@ -844,6 +871,7 @@ func (s *stateTask) applyDecoded(ctx context.Context, d decodedBatch) error {
 		if err := w.writeOut(ctx, nil, d.dead); err != nil {
 			return err
 		}
+		s.rc.dead.Add(int64(len(d.dead)))
 	}
 	if err := s.store.Apply(d.ticks, d.last); err != nil {
 		return fmt.Errorf("task %d: %w", s.p, taskStoppedErr(err))

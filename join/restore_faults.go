@@ -19,7 +19,10 @@ import (
 // and rebuilt in a fresh dir (another state dir if the first is unusable);
 // if that fails too the task is failed: joiner_tasks{role="failed"},
 // /readyz 503 naming it, an ERROR, and the member stops claiming it and
-// rejoins so the leader gives it to another member.
+// rejoins so the leader gives it to another member. A store that cannot
+// open because its disk is full (statestore.IsDiskFull: under the minimum
+// free space, ENOSPC, EDQUOT) or whose open did not return in time is not
+// retried nor rebuilt: the task is failed at once (failsAtOnce).
 
 // storeOpenAttempts is how many times a failed open is retried (with
 // backoff) before the store is moved aside and rebuilt.
@@ -99,9 +102,20 @@ func (w *Processor) retryStores() {
 	}
 }
 
+// failsAtOnce reports whether a store's open failed for a reason that a
+// retry or a rebuild on this member does not cure: a full disk (which a
+// restore would only fill further) or an open that did not return.
+func failsAtOnce(err error) bool {
+	return statestore.IsDiskFull(err) || errors.Is(err, statestore.ErrOpenTimeout) || errors.Is(err, statestore.ErrOpenStuck)
+}
+
 func (w *Processor) retryStore(ctx context.Context, r *storeRetry, err error) {
 	defer close(r.stopped)
 	p := r.p
+	if failsAtOnce(err) {
+		w.failTask(p, err)
+		return
+	}
 	for attempt := range storeOpenAttempts {
 		d := backoff(attempt)
 		w.log.Warn("retrying to open the task store", "task", p, "attempt", attempt+1, "of", storeOpenAttempts, "in", d, "err", err)
@@ -109,8 +123,15 @@ func (w *Processor) retryStore(ctx context.Context, r *storeRetry, err error) {
 			return
 		}
 		var store *statestore.Store
-		if store, err = w.cfg.Stores.OpenTask(p); err == nil {
+		if store, err = w.cfg.Stores.OpenTaskContext(ctx, p); err == nil {
 			w.adoptStore(ctx, p, store)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if failsAtOnce(err) {
+			w.failTask(p, err)
 			return
 		}
 		w.setRetryErr(p, err)
@@ -181,8 +202,8 @@ func (w *Processor) failTask(p int, err error) {
 	release := f.release
 	f.mu.Unlock()
 	w.updateFailedGauge()
-	w.log.Error("task failed on this member: no state dir can hold its store; releasing it so that the group moves it to another member",
-		"task", p, "err", err)
+	w.log.Error("task failed on this member: its store cannot be used here; releasing it so that the group moves it to another member",
+		"task", p, "disk_full", statestore.IsDiskFull(err), "errno", statestore.Errno(err), "err", err)
 	if release != nil {
 		release(p)
 	} else if r, ok := w.member.(interface{ Release(task int) }); ok {

@@ -177,7 +177,7 @@ func TestStoppedRestoreResumesAfterWhatIsStored(t *testing.T) {
 			var sf stallFetcher
 			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { sf = newStallFetcher(f, 2, 10); return sf })
 			for off := range int64(20) {
-				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)))
+				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)+0.5))
 			}
 			r := newPartitionReader(rig.st.w.cfg.Client, "market", 0, 0, time.Millisecond)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -241,7 +241,7 @@ func TestRestoreRetriesFailedFetches(t *testing.T) {
 			calls := new(atomic.Int64)
 			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return flakyFetcher{chunkFetcher{f, 4}, calls} })
 			for off := range int64(30) {
-				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)))
+				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)+0.5))
 			}
 			r := newPartitionReader(rig.st.w.cfg.Client, "market", 0, 0, time.Millisecond)
 			n, ok := rig.st.restore(context.Background(), r, 30, 0, rig.st.w.log)

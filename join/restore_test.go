@@ -40,7 +40,7 @@ func TestRestoreReadsAheadButResumesAfterWhatItApplied(t *testing.T) {
 	restoreMode(t, "apply")
 	rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return chunkFetcher{f, 3} })
 	for i := range 30 {
-		rig.f.produce("market", 0, int64(1000+i), "X", tickJSON("X", float64(i)))
+		rig.f.produce("market", 0, int64(1000+i), "X", tickJSON("X", float64(i)+0.5))
 	}
 	st := rig.st
 	r := newPartitionReader(st.w.cfg.Client, "market", 0, 0, time.Millisecond)

@@ -33,6 +33,9 @@ func (w *Processor) Ready() (bool, string) {
 	if why := w.faultsLocked(); why != "" {
 		return false, why
 	}
+	if why := w.outputFault(); why != "" {
+		return false, why
+	}
 	var waiting []int
 	for p, st := range w.states {
 		if !st.isRestored() {
@@ -123,6 +126,9 @@ type AssignmentView struct {
 	// included), WarmupTasks the warm-ups among them.
 	StandbyTasks []int `json:"standby_tasks"`
 	WarmupTasks  []int `json:"warmup_tasks"`
+	// FailedTasks are the tasks that failed on this member (their store
+	// could not be opened or rebuilt; see TaskStatus).
+	FailedTasks []int `json:"failed_tasks"`
 	// Owners[p] is the instance id owning task p's state.
 	Owners []string `json:"owners"`
 	// Moved is the moved count of this generation's plan.
@@ -157,6 +163,12 @@ func (w *Processor) View() AssignmentView {
 	}
 	for i, o := range a.Owners {
 		v.Owners[i] = o.InstanceID
+	}
+	w.faults.mu.Lock()
+	v.FailedTasks = sortedKeys(w.faults.failed)
+	w.faults.mu.Unlock()
+	if v.FailedTasks == nil {
+		v.FailedTasks = []int{}
 	}
 	v.Ready, _ = w.Ready()
 	return v

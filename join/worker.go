@@ -39,6 +39,7 @@
 //	gate.go      a process task's gate, closed when the task is revoked
 //	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
 //	status.go    readiness, Stats and the assignment view
+//	taskstatus.go  each task's state for the status page, the rebalance history
 //
 // Record formats live in package record, the HTTP API in package httpapi.
 package join
@@ -100,6 +101,13 @@ type Config struct {
 	// MaxRecordBytes bounds an input record value; larger ones are
 	// dead-lettered. Default: DefaultMaxRecordBytes.
 	MaxRecordBytes int
+	// MaxMessageBytes are the max.message.bytes of the output topics
+	// (node reads them at start), by topic; a topic it does not name is
+	// taken to allow DefaultMaxMessageBytes. An alert larger than its
+	// topic allows is dead-lettered (record.ReasonAlertTooLarge), a dead
+	// letter larger than its topic allows is truncated (see
+	// Processor.writeOutWith).
+	MaxMessageBytes map[string]int
 	// RemoteTimeout bounds one remote price lookup, retries included.
 	// Default: 5s.
 	RemoteTimeout time.Duration
@@ -151,6 +159,15 @@ type Processor struct {
 	lateLog *lograte.Limiter     // late ticks, per task
 	reg     *prometheus.Registry // nil when Config.Registerer was given
 	remote  *remoteClient
+	// outLog logs dead letters and output failures, one line per kind
+	// per interval.
+	outLog *lograte.Limiter
+	// outBlocked counts the writes failing with an error no retry fixes,
+	// and outFault is the latest such error (/readyz,
+	// joiner_output_blocked); guarded by outMu.
+	outMu      sync.Mutex
+	outBlocked int
+	outFault   string
 
 	member Membership
 
@@ -176,6 +193,8 @@ type Processor struct {
 	restores        atomic.Int64             // state tasks started
 	commitMu        sync.Mutex               // serializes commits
 	committed       map[string]map[int]int64 // last successful commit; guarded by commitMu
+
+	statusState // taskstatus.go
 }
 
 func isKafkaWriterWithTopic(w Writer) bool {
@@ -246,6 +265,7 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		alerts:   record.NewAlertEncoder(cfg.InstanceID),
 		dec:      record.NewDecoder(cfg.Fields, cfg.MaxRecordBytes),
 		lateLog:  lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
+		outLog:   lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},
 		procs:    map[int]*processTask{},
@@ -331,6 +351,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	}
 	w.mu.Lock()
 	wasActive := w.activeLocked()
+	prev := w.assignment
 	var stopProcs []*processTask
 	for p, t := range w.procs {
 		if !inProc[p] || (t.st != nil) != colocated(p) {
@@ -354,6 +375,17 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 			t.setRole(warm[p])
 		}
 	}
+	// The tasks paused below stay on the status page until they are
+	// handed over.
+	w.handover = map[int]handoverTask{}
+	for _, t := range stopProcs {
+		w.handover[t.p] = handoverTask{pt: t, st: t.st}
+	}
+	for _, t := range stopStates {
+		h := w.handover[t.p]
+		h.st = t
+		w.handover[t.p] = h
+	}
 	w.mu.Unlock()
 	nowActive := map[int]bool{}
 	for p := range inState {
@@ -362,19 +394,20 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	for p := range inProc {
 		nowActive[p] = true
 	}
-	revoked, assigned := 0, 0
+	var revoked, assigned []int
 	for p := range wasActive {
 		if !nowActive[p] {
-			revoked++
+			revoked = append(revoked, p)
 		}
 	}
 	for p := range nowActive {
 		if !wasActive[p] {
-			assigned++
+			assigned = append(assigned, p)
 		}
 	}
-	w.metrics.TasksRevoked.Add(float64(revoked))
-	w.metrics.TasksAssigned.Add(float64(assigned))
+	w.metrics.TasksRevoked.Add(float64(len(revoked)))
+	w.metrics.TasksAssigned.Add(float64(len(assigned)))
+	w.recordRebalance(prev, a, assigned, revoked)
 
 	// Pause the active tasks that stop, commit them, then dispose of their
 	// stores: kept for a role they take here, else closed and deleted.
@@ -441,7 +474,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 			delete(kept, p)
 			return s, nil
 		}
-		return w.openStore(p)
+		return w.openStore(ctx, p)
 	}
 	w.mu.RLock()
 	for _, p := range wantState {
@@ -495,6 +528,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	w.mu.Lock()
 	w.assigned = true
 	w.assignment = a
+	w.handover = nil
 	for _, st := range newStates {
 		w.states[st.p] = st
 	}
@@ -620,11 +654,14 @@ func (w *Processor) Rebalancing(ctx context.Context) {
 func (w *Processor) Lost(_ context.Context, err error) {
 	w.mu.Lock()
 	n := len(w.procs)
+	lost := sortedKeys(w.activeLocked())
 	w.mu.Unlock()
 	w.metrics.TasksLost.Add(float64(n))
 	w.log.Warn("group membership lost: stopping every task without writing or committing more; tasks assigned again restart from the committed offsets",
 		"tasks", n, "err", err)
 	w.stopAll()
+	w.addHistory(RebalanceEvent{At: time.Now(), Generation: w.currentAssignment().Generation, Moved: []TaskMove{},
+		Reason: fmt.Sprintf("membership lost (%v): every task stopped without committing", err), Assigned: []int{}, Revoked: lost})
 	w.mu.Lock()
 	w.states = map[int]*stateTask{}
 	w.standbys = map[int]*stateTask{}
@@ -652,8 +689,10 @@ func (w *Processor) shuttingDown() bool {
 // pauseTimeout bounds how long a rebalance waits for batches in flight.
 const pauseTimeout = 5 * time.Second
 
-func (w *Processor) openStore(p int) (*statestore.Store, error) {
-	return w.cfg.Stores.OpenTask(p) // rebuilds are counted by the Manager (faults.go)
+// openStore opens the store of p, giving up when ctx ends (a signal while
+// Pebble hangs on a full disk must still stop the worker).
+func (w *Processor) openStore(ctx context.Context, p int) (*statestore.Store, error) {
+	return w.cfg.Stores.OpenTaskContext(ctx, p) // rebuilds are counted by the Manager (faults.go)
 }
 
 func (w *Processor) startTask(key any, run func(context.Context)) {

@@ -118,12 +118,14 @@ func (s *Security) Explain(err error, broker string) error {
 	case isRefused(err):
 		return fielderr.Errorf("cannot connect to broker %s: %w (check {Brokers} and that the broker is up)", broker, err)
 	case isClosed(err):
+		// TLS first: a plaintext SASL handshake on a TLS listener is closed
+		// too, and is no sign of a wrong password.
+		if s.TLS == nil && speaksTLS(broker) {
+			return fielderr.Errorf("%w: broker %s closed the connection and answers TLS on that port; joiner connected in plaintext: add {TLS} (and {CAFile} with its CA)", ErrPlaintextToTLS, broker)
+		}
 		if s.SASL != nil && s.saslRejected(broker) {
 			return fielderr.Errorf("%w at broker %s: SASL %s as user %q was rejected (the broker closed the connection during authentication); check {SASLUsername}, {SASLMechanism} and the password in {SASLPasswordFile} or %s",
 				ErrAuth, broker, s.mechanism, s.user, PasswordEnv)
-		}
-		if s.TLS == nil && speaksTLS(broker) {
-			return fielderr.Errorf("%w: broker %s closed the connection and answers TLS on that port; joiner connected in plaintext: add {TLS} (and {CAFile} with its CA)", ErrPlaintextToTLS, broker)
 		}
 		hint := "check that {Brokers} names a listener for these settings"
 		switch {

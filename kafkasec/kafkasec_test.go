@@ -195,6 +195,8 @@ func TestConnectErrors(t *testing.T) {
 			is: kafkasec.ErrTLS, want: []string{b.Addr, `not valid for the name "kafka.example.com"`, "127.0.0.1", "ServerName"}},
 		{name: "plaintext client", mod: func(c *kafkasec.Config) { *c = kafkasec.Config{} },
 			is: kafkasec.ErrPlaintextToTLS, want: []string{b.Addr, "plaintext", "add TLS"}},
+		{name: "SASL without TLS", mod: func(c *kafkasec.Config) { c.CAFile = "" },
+			is: kafkasec.ErrPlaintextToTLS, want: []string{b.Addr, "plaintext", "add TLS"}},
 		{name: "insecure skip verify", mod: func(c *kafkasec.Config) { c.CAFile, c.InsecureSkipVerify = "", true },
 			logged: "--tls-insecure-skip-verify"},
 	} {

@@ -22,6 +22,7 @@ import (
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
+	"github.com/joiner-dev/joiner/statuspage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/segmentio/kafka-go"
@@ -75,6 +76,14 @@ type Config struct {
 	// CorruptRetention is how long moved-aside task stores are kept.
 	// Default: statestore.DefaultCorruptRetention.
 	CorruptRetention time.Duration
+	// MinFreeBytes is the free space a state dir needs before a task
+	// store opens there; below it the task fails here and is released.
+	// Default: statestore.DefaultMinFreeBytes; negative: no check.
+	MinFreeBytes int64
+	// StoreOpenTimeout bounds the open of a task store (Pebble's WAL
+	// replay); one that does not return in time fails the task here.
+	// Default: statestore.DefaultOpenTimeout.
+	StoreOpenTimeout time.Duration
 	// StoreFS is the filesystem of the task stores. Default: the OS's.
 	// Tests inject faults with it.
 	StoreFS vfs.FS
@@ -130,6 +139,11 @@ type Config struct {
 	ProcessMetrics bool
 
 	Logger *slog.Logger
+	// FieldName names the Config fields that errors name
+	// (internal/fielderr) in what the node serves, /readyz's reason while
+	// it waits for Kafka: the CLI gives its flag names. Default: the
+	// fields' own names.
+	FieldName func(field string) string
 }
 
 // Node is one running worker. Build it with New, run it with Run.
@@ -144,7 +158,9 @@ type Node struct {
 	listener net.Listener
 	addr     string
 	reg      *prometheus.Registry
+	retries  prometheus.Counter // joiner_startup_retries_total
 	peer     *peerAuth
+	status   *statuspage.Server
 }
 
 // New checks the topics, opens the stores and the HTTP listener, and
@@ -181,6 +197,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}()
 	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
+	// The registry comes first: /metrics answers while bootstrap waits.
+	n.reg = prometheus.NewRegistry()
+	if cfg.ProcessMetrics {
+		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	n.registerStartupMetrics()
 	parts, err := n.bootstrap(ctx)
 	if err != nil {
 		return nil, err
@@ -197,6 +219,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 		InstanceID:       cfg.InstanceID,
 		CorruptRetention: cfg.CorruptRetention,
+		MinFreeBytes:     cfg.MinFreeBytes,
+		OpenTimeout:      cfg.StoreOpenTimeout,
 		FS:               cfg.StoreFS,
 	})
 	if err != nil {
@@ -215,13 +239,13 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// Alerts and dead letters go through produce.Producer: one Produce
 	// request per partition of each write, no per-message metadata look-up
 	// and no batch timer (kafka.Writer spent 21% of the CPU on them).
-	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport})
+	// Each output topic's max.message.bytes bounds the producer's batches
+	// and is what alerts and dead letters are checked against.
+	maxBytes := OutputMaxBytes(ctx, n.client, cfg.Topics, n.log)
+	n.log.Info("output topics' max.message.bytes", "limits", maxBytes)
+	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport, TopicMaxBytes: maxBytes})
 	if err != nil {
 		return nil, err
-	}
-	n.reg = prometheus.NewRegistry()
-	if cfg.ProcessMetrics {
-		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if n.peer, err = newPeerAuth(cfg, n.reg); err != nil {
 		return nil, err
@@ -238,6 +262,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		CommitInterval:   cfg.CommitInterval,
 		HistoryRetention: cfg.HistoryRetention,
 		BulkRestoreMin:   cfg.BulkRestoreMin,
+		MaxMessageBytes:  maxBytes,
 		HTTPClient:       n.peer.client(),
 		StartOffset:      cfg.StartOffset,
 		Registerer:       n.reg,
@@ -246,6 +271,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.status = n.newStatusPage()
 	n.member, err = group.New(group.Config{
 		Client:                   n.client,
 		GroupID:                  cfg.Group,
@@ -294,10 +320,17 @@ func (n *Node) InstanceID() string { return n.cfg.InstanceID }
 
 // Run serves HTTP and runs the worker until ctx is done, then leaves the
 // group, stops the tasks and closes everything. It owns every goroutine it
-// starts and waits for them.
-func (n *Node) Run(ctx context.Context) error {
-	defer n.Close()
-	srv := &http.Server{Handler: n.peer.handler(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof)), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
+// starts and waits for them. A task store open that never returned (a
+// full or failing disk) makes it return statestore.ErrOpenStuck: the
+// process should exit 1.
+func (n *Node) Run(ctx context.Context) (err error) {
+	defer func() {
+		if cerr := n.close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	api := withStatusPage(withPprof(httpapi.Handler(n.worker, n.reg), n.cfg.Pprof), n.status)
+	srv := &http.Server{Handler: n.peer.handler(api), ReadHeaderTimeout: 10 * time.Second, TLSConfig: n.peer.serverTLS}
 	httpTLS := srv.TLSConfig != nil // Serve changes srv.TLSConfig: read it only here
 	serve := srv.Serve
 	if httpTLS {
@@ -311,9 +344,12 @@ func (n *Node) Run(ctx context.Context) error {
 			n.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	wg.Go(func() { n.status.Run(sampleCtx) })
 	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group,
-		"http_tls", httpTLS, "peer_token", n.peer.token != nil)
-	err := n.worker.Run(ctx, n.member)
+		"http_tls", httpTLS, "peer_token", n.peer.token != nil, "status_page", n.StatusURL())
+	err = n.worker.Run(ctx, n.member)
+	stopSampling()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
@@ -324,6 +360,15 @@ func (n *Node) Run(ctx context.Context) error {
 
 // Close releases what New opened. Run calls it.
 func (n *Node) Close() {
+	if err := n.close(); err != nil {
+		n.log.Error("closing the node", "err", err)
+	}
+}
+
+// close releases what New opened. It returns the stores' error when a
+// task store open never returned (statestore.ErrOpenStuck); other close
+// errors are logged.
+func (n *Node) close() error {
 	if n.listener != nil {
 		_ = n.listener.Close()
 	}
@@ -331,8 +376,13 @@ func (n *Node) Close() {
 		_ = n.writer.Close()
 	}
 	if n.stores != nil {
-		if err := n.stores.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {
+		err := n.stores.Close()
+		if errors.Is(err, statestore.ErrOpenStuck) {
+			return err
+		}
+		if err != nil && !errors.Is(err, statestore.ErrClosed) {
 			n.log.Warn("closing stores", "err", err)
 		}
 	}
+	return nil
 }

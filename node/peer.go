@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/joiner-dev/joiner/kafkasec"
+	"github.com/joiner-dev/joiner/statuspage"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -75,7 +77,25 @@ func newPeerAuth(cfg Config, reg prometheus.Registerer) (*peerAuth, error) {
 	return p, nil
 }
 
-// handler requires the token on every path but the open ones.
+// pagePaths are the status page's (package statuspage): besides the
+// Authorization header they accept the session cookie that POST /login
+// sets, so that a browser can open them.
+var pagePaths = map[string]bool{"/": true, "/v1/status": true}
+
+// sessionCookie is the name of the status page's cookie.
+const sessionCookie = "joiner_session"
+
+// session is the value of the session cookie: derived from the token, so
+// that the cookie is not the token itself (it opens the page, not the
+// peer API).
+func (p *peerAuth) session() string {
+	sum := sha256.Sum256(append([]byte("joiner status page session\x00"), p.token[:]...))
+	return hex.EncodeToString(sum[:])
+}
+
+// handler requires the token on every path but the open ones: in the
+// Authorization header, or for the status page in the session cookie
+// that POST /login sets (a browser without it gets the login form).
 func (p *peerAuth) handler(next http.Handler) http.Handler {
 	if p.token == nil {
 		return next
@@ -85,11 +105,20 @@ func (p *peerAuth) handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if r.URL.Path == "/login" {
+			p.login(w, r)
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		reason := "missing"
 		if ok && got != "" {
-			sum := sha256.Sum256([]byte(got))
-			if subtle.ConstantTimeCompare(sum[:], p.token[:]) == 1 {
+			if p.valid(got) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			reason = "invalid"
+		} else if c, err := r.Cookie(sessionCookie); err == nil && pagePaths[r.URL.Path] {
+			if subtle.ConstantTimeCompare([]byte(c.Value), []byte(p.session())) == 1 {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -97,8 +126,45 @@ func (p *peerAuth) handler(next http.Handler) http.Handler {
 		}
 		p.rejected.WithLabelValues(reason).Inc()
 		w.Header().Set("WWW-Authenticate", `Bearer realm="joiner"`)
+		if r.URL.Path == "/" && r.Method == http.MethodGet {
+			msg := ""
+			if reason == "invalid" {
+				msg = "That token is not this worker's peer token."
+			}
+			statuspage.WriteLogin(w, http.StatusUnauthorized, msg)
+			return
+		}
 		http.Error(w, "401 unauthorized: "+reason+" peer token; send Authorization: Bearer <the token of --peer-token-file>", http.StatusUnauthorized)
 	})
+}
+
+func (p *peerAuth) valid(token string) bool {
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], p.token[:]) == 1
+}
+
+// login is POST /login, the status page's form: a right token sets the
+// session cookie (HttpOnly, SameSite=Strict, Secure over TLS) and
+// redirects to the page; a wrong one shows the form again.
+func (p *peerAuth) login(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST the token as the form field token", http.StatusMethodNotAllowed)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	if err := r.ParseForm(); err != nil || !p.valid(r.PostForm.Get("token")) {
+		reason := "invalid"
+		if r.PostForm.Get("token") == "" {
+			reason = "missing"
+		}
+		p.rejected.WithLabelValues(reason).Inc()
+		statuspage.WriteLogin(w, http.StatusUnauthorized, "That token is not this worker's peer token.")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: p.session(), Path: "/", HttpOnly: true,
+		Secure: p.serverTLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: 12 * 3600})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 // client is the HTTP client of price lookups to other members, or nil for

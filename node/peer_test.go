@@ -34,7 +34,10 @@ func rejected(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	return 0
 }
 
-func TestPeerTokenMiddleware(t *testing.T) {
+// tokenHandler is the peer token middleware with the token s3cret-token
+// around a handler that answers "inner", and its metrics' registry.
+func tokenHandler(t *testing.T) (http.Handler, *prometheus.Registry) {
+	t.Helper()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -44,7 +47,11 @@ func TestPeerTokenMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := p.handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("inner")) }))
+	return p.handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("inner")) })), reg
+}
+
+func TestPeerTokenMiddleware(t *testing.T) {
+	h, reg := tokenHandler(t)
 	for _, tc := range []struct {
 		path, auth string
 		want       int

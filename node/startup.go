@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -13,9 +14,11 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/backoff"
-	"github.com/segmentio/kafka-go"
-
+	"github.com/joiner-dev/joiner/internal/buildinfo"
 	"github.com/joiner-dev/joiner/internal/fielderr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/segmentio/kafka-go"
 )
 
 // DefaultStartupTimeout bounds how long New waits for Kafka at start.
@@ -29,21 +32,28 @@ var startupBackoff = backoff.Policy{Min: 250 * time.Millisecond, Max: 10 * time.
 // retried with capped, jittered backoff until Config.StartupTimeout; every
 // other error (topics not co-partitioned, a missing topic without
 // --create-topics, a --partitions conflict) is returned at once. While it
-// waits, the HTTP listener answers /healthz 200 and /readyz 503.
+// waits, the HTTP listener answers /healthz 200, /readyz 503 (saying why)
+// and /metrics, where joiner_startup_retries_total counts the retries.
 func (n *Node) bootstrap(ctx context.Context) (int, error) {
 	timeout := n.cfg.StartupTimeout
 	if timeout <= 0 {
 		timeout = DefaultStartupTimeout
 	}
 	start := time.Now()
-	var waiting *waitServer
-	defer func() {
-		if waiting != nil {
-			waiting.stop()
-		}
-	}()
+	// The listener answers from the start, not from the first failure: an
+	// attempt to a broker that accepts but never answers lasts until the
+	// attempt's deadline.
+	waiting, err := n.serveWaiting()
+	if err != nil {
+		return 0, err
+	}
+	defer waiting.stop()
 	for attempt := 0; ; attempt++ {
-		parts, err := n.checkTopics(ctx)
+		// No attempt outlasts the startup timeout (the client's own
+		// timeout is 30s).
+		actx, cancel := context.WithDeadline(ctx, start.Add(timeout))
+		parts, err := n.checkTopics(actx)
+		cancel()
 		if err == nil {
 			if attempt > 0 {
 				n.log.Info("Kafka is reachable; starting", "waited", time.Since(start).Round(time.Millisecond), "attempts", attempt+1)
@@ -58,15 +68,22 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 		}
 		elapsed := time.Since(start)
 		if elapsed >= timeout {
-			return 0, fielderr.Errorf("Kafka at %v did not answer within {StartupTimeout} %s (%d attempts): %w; check {Brokers} and the network, or raise {StartupTimeout}",
+			check := "check {Brokers} and the network"
+			if fielderr.Names(err, "Brokers") { // the cause already says so
+				check = "check the network"
+			}
+			return 0, fielderr.Errorf("Kafka at %v did not answer within {StartupTimeout} %s (%d attempts): %w; "+check+", or raise {StartupTimeout}",
 				n.cfg.Brokers, timeout, attempt+1, err)
 		}
-		if waiting == nil {
-			if waiting, err = n.serveWaiting(); err != nil {
-				return 0, err
-			}
+		if attempt == 0 {
+			n.log.Info("serving /healthz, /readyz and /metrics while waiting for Kafka", "http", n.listener.Addr().String())
 		}
-		waiting.reason.Store(fmt.Sprintf("waiting for Kafka at %v: %v", n.cfg.Brokers, err))
+		cause := err.Error()
+		if n.cfg.FieldName != nil {
+			cause = fielderr.Rename(err, n.cfg.FieldName)
+		}
+		waiting.reason.Store(fmt.Sprintf("waiting for Kafka at %v: %s", n.cfg.Brokers, cause))
+		n.retries.Inc()
 		d := min(startupBackoff.Delay(attempt), timeout-elapsed)
 		n.log.Warn("Kafka is not reachable; retrying", "brokers", n.cfg.Brokers, "attempt", attempt+1,
 			"retry_in", d.Round(time.Millisecond), "gives_up_in", (timeout - elapsed).Round(time.Second), "err", err)
@@ -74,6 +91,23 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("stopped while waiting for Kafka at %v: %w", n.cfg.Brokers, err)
 		}
 	}
+}
+
+// registerStartupMetrics registers the metrics that exist before Kafka
+// answers: joiner_build_info (which binary this is, always 1) and
+// joiner_startup_retries_total.
+func (n *Node) registerStartupMetrics() {
+	bi := buildinfo.Get()
+	n.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "joiner_build_info",
+		Help:        "Always 1; the labels say which joiner binary runs (joiner version).",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
+	}, func() float64 { return 1 }))
+	n.retries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "joiner_startup_retries_total",
+		Help: "Attempts to reach Kafka at start that failed and were retried (--startup-timeout).",
+	})
+	n.reg.MustRegister(n.retries)
 }
 
 func (n *Node) checkTopics(ctx context.Context) (int, error) {
@@ -126,7 +160,7 @@ func (n *Node) serveWaiting() (*waitServer, error) {
 		return nil, fmt.Errorf("listener on %s is not TCP", n.cfg.HTTPAddr)
 	}
 	w := &waitServer{l: &pausedListener{TCPListener: tl}}
-	w.reason.Store("waiting for Kafka")
+	w.reason.Store(fmt.Sprintf("connecting to Kafka at %v", n.cfg.Brokers))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(rw, "ok\n")
@@ -134,13 +168,14 @@ func (n *Node) serveWaiting() (*waitServer, error) {
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
 		http.Error(rw, w.reason.Load().(string), http.StatusServiceUnavailable)
 	})
+	// Prometheus sees the target up and counts the retries.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
 	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		_ = w.srv.Serve(w.l)
 	}()
-	n.log.Info("serving /healthz and /readyz while waiting for Kafka", "http", tl.Addr().String())
 	return w, nil
 }
 
@@ -164,7 +199,8 @@ func (l *pausedListener) Close() error { return l.SetDeadline(time.Unix(1, 0)) }
 // logReplay says, in one line, where the group starts on the notifications
 // partitions that have no committed offset (a new or mistyped group), and
 // how many records that replays (--start-offset earliest) or skips
-// (latest). It only reads; a failure is a WARN.
+// (latest): a WARN when that is more than 0 records, else INFO. It only
+// reads; a failure is a WARN.
 func (n *Node) logReplay(ctx context.Context, partitions int) {
 	topic := n.cfg.Topics.Notifications
 	ps := make([]int, partitions)
@@ -207,11 +243,18 @@ func (n *Node) logReplay(ctx context.Context, partitions int) {
 		}
 	}
 	uncommitted := partitions - len(has)
+	// A WARN only when the start replays or skips records: a new group on
+	// topics that hold nothing yet (every `joiner demo`, a first
+	// deployment) starts as expected, and says so at INFO.
+	level := slog.LevelWarn
+	if records == 0 {
+		level = slog.LevelInfo
+	}
 	if n.cfg.StartOffset == "latest" {
-		n.log.Warn("no committed offset: starting at the end of the notifications (--start-offset latest); the records already there get no alert",
+		n.log.Log(ctx, level, "no committed offset: starting at the end of the notifications (--start-offset latest); the records already there get no alert",
 			"group", n.cfg.Group, "topic", topic, "partitions_without_offset", uncommitted, "of", partitions, "records_skipped", records)
 		return
 	}
-	n.log.Warn("no committed offset: replaying the notifications from the earliest offset (--start-offset earliest); each gets an alert",
+	n.log.Log(ctx, level, "no committed offset: replaying the notifications from the earliest offset (--start-offset earliest); each gets an alert",
 		"group", n.cfg.Group, "topic", topic, "partitions_without_offset", uncommitted, "of", partitions, "records_to_replay", records)
 }

@@ -32,12 +32,26 @@
 // after such an error (see Producer.refresh) and retries the partition's
 // batch with backoff; other retriable errors (REQUEST_TIMED_OUT,
 // NOT_ENOUGH_REPLICAS, ...) are retried without a refresh. Non-retriable
-// errors (a message too large, authorization, a topic that does not exist
-// after a refresh) end WriteMessages at once. WriteMessages returns nil
-// only when every message is acknowledged; a retried batch may be written
-// twice (at-least-once), never reordered within its partition, since a
-// partition's next batch is sent only after the previous one is
+// errors (authorization, a topic that does not exist after a refresh) end
+// WriteMessages at once; ConfigError tells them apart. WriteMessages
+// returns nil only when every message is acknowledged; a retried batch may
+// be written twice (at-least-once), never reordered within its partition,
+// since a partition's next batch is sent only after the previous one is
 // acknowledged.
+//
+// # Records the broker refuses
+//
+// A broker refuses a record batch, not a request, when a record in it is
+// too large for the topic's max.message.bytes (MESSAGE_TOO_LARGE,
+// RECORD_LIST_TOO_LARGE) or is itself invalid (INVALID_RECORD,
+// CORRUPT_MESSAGE, INVALID_TIMESTAMP). Retrying never helps, and refusing
+// the whole batch would refuse its good messages too: Producer sends such
+// a batch again in halves, splitting each half refused again, and
+// WriteMessages returns a
+// *RejectedError naming only the messages refused alone, when every other
+// message was acknowledged. Config.TopicMaxBytes keeps a batch of small
+// messages within a topic's limit, and RecordBatchBytes lets a caller check
+// a message before it is sent.
 package produce
 
 import (
@@ -45,7 +59,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +96,12 @@ type Config struct {
 	// Along with Attempts it should outlast the Transport's metadata TTL
 	// (6s), its fallback when a forced refresh fails.
 	Backoff backoff.Policy
+	// TopicMaxBytes are the max.message.bytes of topics (read from the
+	// cluster at start): a request's record batch for one of them stays
+	// within it as well as within MaxBatchBytes. A broker refuses a batch
+	// larger than its topic's max.message.bytes (MESSAGE_TOO_LARGE) even
+	// when each record in it would fit.
+	TopicMaxBytes map[string]int
 }
 
 // Producer writes messages to Kafka. It is safe for concurrent use; calls
@@ -88,6 +110,7 @@ type Producer struct {
 	client     *kafka.Client
 	attempts   int
 	batchBytes int
+	topicBytes map[string]int // TopicMaxBytes, read only
 	backoff    backoff.Policy
 
 	mu     sync.RWMutex
@@ -121,6 +144,7 @@ func New(cfg Config) (*Producer, error) {
 		client:     &kafka.Client{Addr: cfg.Addr, Transport: cfg.Transport, Timeout: cfg.Timeout},
 		attempts:   cfg.Attempts,
 		batchBytes: cfg.MaxBatchBytes,
+		topicBytes: maps.Clone(cfg.TopicMaxBytes),
 		backoff:    cfg.Backoff,
 		counts:     make(map[string]int),
 	}, nil
@@ -141,6 +165,7 @@ type batch struct {
 	buf       []byte          // its record set
 	rd        bytes.Reader    // over buf
 	err       error
+	rejected  []Rejected // messages refused alone (see sendEach)
 }
 
 // call is the reusable scratch of one WriteMessages.
@@ -148,11 +173,41 @@ type call struct {
 	batches []batch
 }
 
+// Rejected is a message the broker refused on its own: its index in the
+// messages given to WriteMessages and the broker's error.
+type Rejected struct {
+	Index int
+	Err   error
+}
+
+// RejectedError is WriteMessages' error when the broker refused some
+// messages themselves (too large, or invalid: see the package doc) and
+// acknowledged every other one. Writing the refused ones again fails the
+// same way: a caller sends something else in their place, or nothing.
+type RejectedError struct {
+	Rejected []Rejected // in the order of the messages
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("the broker refused %d of the messages (the others were written): %v", len(e.Rejected), e.Rejected[0].Err)
+}
+
+// Unwrap returns the broker's errors, one per refused message.
+func (e *RejectedError) Unwrap() []error {
+	errs := make([]error, len(e.Rejected))
+	for i, r := range e.Rejected {
+		errs[i] = r.Err
+	}
+	return errs
+}
+
 // WriteMessages writes msgs, each to its Topic, and waits until Kafka has
 // acknowledged all of them (acks=all). A message's Partition is ignored:
 // the partition is murmur2 of its key. It returns nil only when every
-// message is acknowledged; on error some batches may have been written
-// (the caller retries them all: at-least-once).
+// message is acknowledged, and a *RejectedError when the only messages not
+// acknowledged were refused by the broker on their own; on any other
+// error some batches may have been written (the caller retries them all:
+// at-least-once).
 func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -165,6 +220,7 @@ func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) err
 		for i := range c.batches {
 			b := &c.batches[i]
 			b.msgs, b.window, b.err = nil, nil, nil // no stale references
+			b.rejected = b.rejected[:0]
 			b.rd.Reset(nil)
 		}
 		p.scratch.Put(c)
@@ -173,7 +229,11 @@ func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) err
 		return err
 	}
 	if len(c.batches) == 1 {
-		return p.send(ctx, &c.batches[0])
+		b := &c.batches[0]
+		if err := p.send(ctx, b); err != nil {
+			return err
+		}
+		return rejectedError(c.batches)
 	}
 	var wg sync.WaitGroup
 	for i := range c.batches {
@@ -190,7 +250,24 @@ func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) err
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return rejectedError(c.batches)
+}
+
+// rejectedError is the *RejectedError of the messages the batches' sends
+// refused, or nil.
+func rejectedError(batches []batch) error {
+	var rej []Rejected
+	for i := range batches {
+		rej = append(rej, batches[i].rejected...)
+	}
+	if len(rej) == 0 {
+		return nil
+	}
+	slices.SortFunc(rej, func(a, b Rejected) int { return a.Index - b.Index })
+	return &RejectedError{Rejected: rej}
 }
 
 // group fills c.batches with msgs grouped by topic-partition, in order.
@@ -228,7 +305,7 @@ func (p *Producer) group(ctx context.Context, c *call, msgs []kafka.Message) err
 				last = len(c.batches) - 1
 				b := &c.batches[last]
 				b.topic, b.partition, b.err = m.Topic, part, nil
-				b.idx = b.idx[:0]
+				b.idx, b.rejected = b.idx[:0], b.rejected[:0]
 			}
 		}
 		b := &c.batches[last]
@@ -264,6 +341,11 @@ const (
 	headerOverhead = 5 + 5
 )
 
+// RecordBatchBytes is at least the size of a record batch holding m
+// alone: what a broker compares with the topic's max.message.bytes. A
+// message for which it is above the limit is refused.
+func RecordBatchBytes(m *kafka.Message) int { return batchOverhead + recordSize(m) }
+
 // recordSize is at least the encoded size of m in a record batch.
 func recordSize(m *kafka.Message) int {
 	n := recordOverhead + len(m.Key) + len(m.Value)
@@ -277,18 +359,26 @@ func recordSize(m *kafka.Message) int {
 // other (a partition's requests are never in flight together, so a retry
 // cannot reorder them).
 func (p *Producer) send(ctx context.Context, b *batch) error {
+	limit := p.batchBytes
+	if n, ok := p.topicBytes[b.topic]; ok && n > 0 {
+		limit = min(limit, n)
+	}
 	for start := 0; start < len(b.idx); {
 		end, size := start, batchOverhead
 		for end < len(b.idx) {
 			n := recordSize(&b.msgs[b.idx[end]])
-			if end > start && size+n > p.batchBytes {
+			if end > start && size+n > limit {
 				break
 			}
 			size += n
 			end++
 		}
 		b.window = b.idx[start:end]
-		if err := p.sendRequest(ctx, b); err != nil {
+		err := p.sendRequest(ctx, b)
+		if err != nil && rejectsRecords(err) {
+			err = p.sendEach(ctx, b, err)
+		}
+		if err != nil {
 			if start > 0 {
 				return fmt.Errorf("%w (the first %d messages for %s-%d were written)", err, start, b.topic, b.partition)
 			}
@@ -297,6 +387,63 @@ func (p *Producer) send(ctx context.Context, b *batch) error {
 		start = end
 	}
 	return nil
+}
+
+// sendEach writes the messages of b.window after the broker refused the
+// records of the window (cause): in halves, in order, each half that is
+// refused again split again, so that the messages the broker refuses
+// alone go to b.rejected and the others are written, in a few requests
+// more than the refused ones (a window too large as a whole, each message
+// fitting, ends in halves that fit). It returns the first other error.
+func (p *Producer) sendEach(ctx context.Context, b *batch, cause error) error {
+	window := b.window
+	if len(window) == 1 {
+		b.rejected = append(b.rejected, Rejected{Index: int(window[0]), Err: cause})
+		return nil
+	}
+	half := len(window) / 2
+	for _, w := range [][]int32{window[:half], window[half:]} {
+		b.window = w
+		err := p.sendRequest(ctx, b)
+		if err != nil && rejectsRecords(err) {
+			err = p.sendEach(ctx, b, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rejectsRecords reports whether err is the broker refusing the records
+// of a batch themselves (their size or content), which no retry changes.
+func rejectsRecords(err error) bool {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return false
+	}
+	switch kerr {
+	case kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidRecord, kafka.InvalidMessage, kafka.InvalidTimestamp:
+		return true
+	}
+	return false
+}
+
+// ConfigError reports whether err is one that no retry fixes until the
+// cluster or the worker's configuration changes: an authorization or
+// authentication failure, a missing or invalid topic, a request the broker
+// does not support. Refused records are not (see RejectedError); nor are
+// network errors, leader changes and timeouts, which retries outlast.
+func ConfigError(err error) bool {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) || rejectsRecords(err) {
+		return false
+	}
+	switch kerr {
+	case kafka.UnknownTopicOrPartition, kafka.UnknownTopicID:
+		return true // a refresh found no such topic
+	}
+	return classify(kerr) == fatal
 }
 
 // sendRequest writes b.window in one request, retrying retriable errors.

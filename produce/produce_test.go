@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,15 +13,12 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/backoff"
-	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
-
-var _ join.Writer = (*Producer)(nil)
 
 // fastRetries keeps the tests' backoff short.
 var fastRetries = backoff.Policy{Min: time.Millisecond, Max: 5 * time.Millisecond}
@@ -476,5 +474,111 @@ func TestWriteMessagesSplitsLargeBatches(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A broker whose max.message.bytes is 2,000: one message of a partition is
+// larger. WriteMessages writes every other message, in order, and returns
+// a *RejectedError naming only that one, with or without TopicMaxBytes
+// (without it the partition's batch is refused whole and sent again
+// in halves; with it no batch exceeds the limit).
+func TestWriteMessagesRejectsOnlyTheRecordsTooLarge(t *testing.T) {
+	for _, topicMax := range []int{0, 2000} {
+		t.Run(fmt.Sprint("TopicMaxBytes=", topicMax), func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "alerts"),
+				kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2000"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var oversized, requests atomic.Int64 // record batches sent larger than the limit, and in all
+			c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+					for _, rp := range rt.Partitions {
+						requests.Add(1)
+						if len(rp.Records) > 2000 {
+							oversized.Add(1)
+						}
+					}
+				}
+				return nil, nil, false
+			})
+			tr := &kafka.Transport{}
+			defer tr.CloseIdleConnections()
+			cfg := Config{Addr: kafka.TCP(c.ListenAddrs()...), Transport: tr, Backoff: fastRetries}
+			if topicMax > 0 {
+				cfg.TopicMaxBytes = map[string]int{"alerts": topicMax}
+			}
+			p, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k0, k1 := keysFor(0, 2, 20), keysFor(1, 2, 20)
+			var msgs []kafka.Message
+			big := -1
+			for i := range 20 {
+				msgs = append(msgs, kafka.Message{Topic: "alerts", Key: k0[i], Value: fmt.Appendf(bytes.Repeat([]byte{'a'}, 100), "%d", i)})
+				if i == 7 {
+					big = len(msgs)
+					msgs = append(msgs, kafka.Message{Topic: "alerts", Key: k0[i], Value: bytes.Repeat([]byte{'B'}, 3000)})
+				}
+				msgs = append(msgs, kafka.Message{Topic: "alerts", Key: k1[i], Value: fmt.Appendf(bytes.Repeat([]byte{'b'}, 100), "%d", i)})
+			}
+			if RecordBatchBytes(&msgs[big]) <= 2000 || RecordBatchBytes(&msgs[0]) > 2000 {
+				t.Fatal("RecordBatchBytes does not tell the large message from the others")
+			}
+			err = p.WriteMessages(context.Background(), msgs...)
+			var rej *RejectedError
+			if !errors.As(err, &rej) {
+				t.Fatalf("err = %v, want a *RejectedError", err)
+			}
+			if len(rej.Rejected) != 1 || rej.Rejected[0].Index != big || !errors.Is(rej.Rejected[0].Err, kafka.MessageSizeTooLarge) {
+				t.Fatalf("rejected %+v, want only message %d with MESSAGE_TOO_LARGE", rej.Rejected, big)
+			}
+			if n := requests.Load(); n >= int64(len(msgs)) {
+				t.Errorf("%d produce requests for %d messages: the refused batches were not split in halves", n, len(msgs))
+			}
+			if n := oversized.Load(); topicMax > 0 && n != 1 {
+				t.Errorf("%d record batches over the topic's limit were sent, want 1 (the large message alone)", n)
+			}
+			if !errors.Is(err, kafka.MessageSizeTooLarge) || ConfigError(err) {
+				t.Errorf("err %v: not MessageSizeTooLarge, or taken for a config error", err)
+			}
+			parts := byPartition(consume(t, c, "alerts", len(msgs)-1))
+			for _, m := range slices.Delete(slices.Clone(msgs), big, big+1) {
+				part := int32(murmur2.Partition(m.Key, 2))
+				if len(parts[part]) == 0 {
+					t.Fatalf("partition %d is missing records", part)
+				}
+				r := parts[part][0]
+				parts[part] = parts[part][1:]
+				if !bytes.Equal(r.Value, m.Value) {
+					t.Fatalf("partition %d: record %q, want %q (in order)", part, r.Value, m.Value)
+				}
+			}
+		})
+	}
+}
+
+// Authorization and missing topics are config errors; refused records,
+// leader changes and network errors are not.
+func TestConfigError(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("writing: %w", kafka.TopicAuthorizationFailed), true},
+		{fmt.Errorf("writing: %w", kafka.SASLAuthenticationFailed), true},
+		{fmt.Errorf("produce: topic does not exist: %w", kafka.UnknownTopicOrPartition), true},
+		{fmt.Errorf("writing: %w", kafka.MessageSizeTooLarge), false},
+		{fmt.Errorf("writing: %w", kafka.InvalidRecord), false},
+		{fmt.Errorf("writing: %w", kafka.NotLeaderForPartition), false},
+		{fmt.Errorf("writing: %w", kafka.RequestTimedOut), false},
+		{errors.New("dial tcp: connection refused"), false},
+	} {
+		if got := ConfigError(tt.err); got != tt.want {
+			t.Errorf("ConfigError(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }

@@ -270,13 +270,13 @@ func shortPlainLen(b []byte) int {
 	return plainLen(b)
 }
 
-// CheckKey reports whether a notification's symbol is its record's key,
-// which Kafka partitioned it by: a record keyed otherwise would be joined
-// on a task that does not hold its symbol. The error is an *Error
-// (invalid_value).
-func CheckKey(key []byte, symbol string) error {
+// CheckNotificationKey reports whether a notification's symbol is its
+// record's key, which Kafka partitioned it by: a notification keyed
+// otherwise would be joined on a task that does not hold its symbol. The
+// error is an *Error (ReasonKeyMismatch, as for a tick: CheckKey).
+func CheckNotificationKey(key []byte, symbol string) error {
 	if string(key) != symbol {
-		return reject(ReasonInvalidValue, "the symbol %q is not the record key %q", symbol, key)
+		return reject(ReasonKeyMismatch, "notification for %q has the record key %q: notifications are keyed by their symbol", symbol, truncateKey(key))
 	}
 	return nil
 }

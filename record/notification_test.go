@@ -238,14 +238,14 @@ func TestNotificationRejections(t *testing.T) {
 			t.Errorf("%s: %v, want reason %q", c.in, err, c.reason)
 		}
 	}
-	if err := CheckKey([]byte("BBCA"), "BBCA"); err != nil {
-		t.Errorf("CheckKey of the symbol: %v", err)
+	if err := CheckNotificationKey([]byte("BBCA"), "BBCA"); err != nil {
+		t.Errorf("CheckNotificationKey of the symbol: %v", err)
 	}
-	if err := CheckKey([]byte("TLKM"), "BBCA"); reasonOf(err) != ReasonInvalidValue {
-		t.Errorf("CheckKey of another key: %v", err)
+	if err := CheckNotificationKey([]byte("TLKM"), "BBCA"); reasonOf(err) != ReasonKeyMismatch {
+		t.Errorf("CheckNotificationKey of another key: %v", err)
 	}
-	if err := CheckKey(nil, "BBCA"); reasonOf(err) != ReasonInvalidValue {
-		t.Errorf("CheckKey of no key: %v", err)
+	if err := CheckNotificationKey(nil, "BBCA"); reasonOf(err) != ReasonKeyMismatch {
+		t.Errorf("CheckNotificationKey of no key: %v", err)
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 //
 //	{"symbol":"BBCA","price":9125.5}
 //
-// The record timestamp is the time of the price.
+// The record timestamp is the time of the price, and the record key is
+// the symbol (CheckKey). A price is a finite number greater than zero:
+// zero, negative and non-finite prices are rejected (ReasonInvalidValue).
 type Tick struct {
 	Symbol string  `json:"symbol"`
 	Price  float64 `json:"price"`
@@ -94,7 +96,20 @@ const (
 	ReasonWrongType    = "wrong_type"
 	ReasonOversized    = "oversized"
 	ReasonInvalidValue = "invalid_value"
+	// ReasonAlertTooLarge: the alert of a notification is larger than the
+	// alerts topic's max.message.bytes; the dead letter holds the alert.
+	ReasonAlertTooLarge = "alert_too_large"
+	// ReasonAlertRejected: the alerts topic refused the alert of a
+	// notification as an invalid record; the dead letter holds the alert.
+	ReasonAlertRejected = "alert_rejected"
+	// ReasonKeyMismatch: a tick whose record key is not its symbol
+	// (CheckKey).
+	ReasonKeyMismatch = "key_mismatch"
 )
+
+// Reasons lists every dead-letter reason.
+var Reasons = []string{ReasonInvalidJSON, ReasonMissingField, ReasonWrongType, ReasonOversized, ReasonInvalidValue,
+	ReasonAlertTooLarge, ReasonAlertRejected, ReasonKeyMismatch}
 
 // DefaultMaxRecordBytes bounds the value of an input record.
 const DefaultMaxRecordBytes = 64 << 10
@@ -165,10 +180,41 @@ func decodeTickWith(value []byte, maxBytes int, fields [2]jsonField, shared bool
 	if err := CheckSymbol(symbol.str); err != nil {
 		return Tick{}, err
 	}
-	if math.IsNaN(price.num) || math.IsInf(price.num, 0) {
-		return Tick{}, reject(ReasonInvalidValue, "tick for %q has a non-finite price", symbol.str)
+	if err := checkPrice(symbol.str, price.num); err != nil {
+		return Tick{}, err
 	}
 	return Tick{Symbol: symbol.str, Price: price.num}, nil
+}
+
+// checkPrice rejects a price that is not a finite number greater than
+// zero.
+func checkPrice(symbol string, price float64) error {
+	if !(price > 0) || math.IsInf(price, 1) { // NaN is not > 0
+		return reject(ReasonInvalidValue, "tick for %q has the price %v: a price is a finite number greater than zero", symbol, price)
+	}
+	return nil
+}
+
+// CheckKey reports whether key, a market record's key, is the symbol of
+// its tick, byte for byte. A tick keyed otherwise was partitioned by
+// another key than its symbol: it is stored by the task of its key's
+// partition while its symbol's notifications look it up in the task of
+// the symbol's, so it is rejected (ReasonKeyMismatch) even when both keys
+// happen to fall on the same partition (that depends on the partition
+// count, which may change). The error is an *Error.
+func CheckKey(key []byte, symbol string) error {
+	if string(key) != symbol {
+		return reject(ReasonKeyMismatch, "tick for %q has the record key %q: market records are keyed by their symbol", symbol, truncateKey(key))
+	}
+	return nil
+}
+
+// truncateKey bounds a key quoted in an error.
+func truncateKey(key []byte) []byte {
+	if len(key) > maxSymbolBytes {
+		return key[:maxSymbolBytes]
+	}
+	return key
 }
 
 // DecodeNotification parses and validates a notifications record value. It

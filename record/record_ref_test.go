@@ -28,8 +28,9 @@ func refDecodeTick(value []byte, maxBytes int) (Tick, error) {
 	if err := CheckSymbol(*t.Symbol); err != nil {
 		return Tick{}, err
 	}
-	if math.IsNaN(*t.Price) || math.IsInf(*t.Price, 0) {
-		return Tick{}, reject(ReasonInvalidValue, "tick for %q has a non-finite price", *t.Symbol)
+	// A price is a finite number greater than zero.
+	if math.IsNaN(*t.Price) || math.IsInf(*t.Price, 0) || *t.Price <= 0 {
+		return Tick{}, reject(ReasonInvalidValue, "tick for %q has the price %v: a price is a finite number greater than zero", *t.Symbol, *t.Price)
 	}
 	return Tick{Symbol: *t.Symbol, Price: *t.Price}, nil
 }

@@ -28,6 +28,15 @@ func TestDecodeTick(t *testing.T) {
 		{"symbol number", `{"symbol":7,"price":1}`, Tick{}, ReasonWrongType},
 		{"symbol slash", `{"symbol":"A/B","price":1}`, Tick{}, ReasonInvalidValue},
 		{"oversized", `{"symbol":"X","price":1,"pad":"` + strings.Repeat("x", 100) + `"}`, Tick{}, ReasonOversized},
+		// A price is a finite number greater than zero.
+		{"tiny price", `{"symbol":"X","price":1e-300}`, Tick{"X", 1e-300}, ""},
+		{"zero", `{"symbol":"X","price":0}`, Tick{}, ReasonInvalidValue},
+		{"minus zero", `{"symbol":"X","price":-0}`, Tick{}, ReasonInvalidValue},
+		{"negative", `{"symbol":"X","price":-12.5}`, Tick{}, ReasonInvalidValue},
+		{"underflows to zero", `{"symbol":"X","price":1e-400}`, Tick{}, ReasonInvalidValue},
+		{"NaN string", `{"symbol":"X","price":"NaN"}`, Tick{}, ReasonWrongType},
+		{"NaN bare", `{"symbol":"X","price":NaN}`, Tick{}, ReasonInvalidJSON},
+		{"Infinity bare", `{"symbol":"X","price":Infinity}`, Tick{}, ReasonInvalidJSON},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,6 +52,28 @@ func TestDecodeTick(t *testing.T) {
 				t.Fatalf("DecodeTick error = %v; want reason %s", err, tt.reason)
 			}
 		})
+	}
+}
+
+// CheckKey: a market record's key is its tick's symbol, byte for byte.
+func TestCheckKey(t *testing.T) {
+	for _, tt := range []struct {
+		key, symbol string
+		ok          bool
+	}{
+		{"BBCA", "BBCA", true},
+		{"bbca", "BBCA", false},
+		{"", "BBCA", false},
+		{"BBCA ", "BBCA", false},
+		{"BBC", "BBCA", false},
+	} {
+		err := CheckKey([]byte(tt.key), tt.symbol)
+		if (err == nil) != tt.ok || (err != nil && ReasonOf(err) != ReasonKeyMismatch) {
+			t.Errorf("CheckKey(%q, %q) = %v, want ok %v (else reason %s)", tt.key, tt.symbol, err, tt.ok, ReasonKeyMismatch)
+		}
+	}
+	if err := CheckKey(nil, "BBCA"); err == nil {
+		t.Error("a tick without a key was accepted")
 	}
 }
 
@@ -89,6 +120,9 @@ func FuzzDecodeTick(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tick, err := DecodeTick(b, 1024)
 		checkDecoded(t, err, tick.Symbol)
+		if err == nil && !(tick.Price > 0 && tick.Price <= math.MaxFloat64) {
+			t.Fatalf("DecodeTick(%q) accepted the price %v", b, tick.Price)
+		}
 		compareTick(t, b, 1024)
 	})
 }
@@ -136,6 +170,7 @@ var differentialSeeds = []string{
 	`{"id":"n","symbol":"S"x`, `{"id":"n","symbol":"S":`, `{"id":"n","symbol""S"}`, `{"id":"n","symbol"`, `{"id":"n","symbol":`,
 	`{"symbol":"S","price":1}x`, `{"symbol":"S","price":1.5,"price":"x"}`, `{"symbol":"S","price":01}`, `{"symbol":"S","price":-}`,
 	`{"symbol":"S","price":1.}`, `{"symbol":"S","price":1e5}`, `{"symbol":"S","price":-0.0}`, `{"symbol":"S","price":12345678901234567}`,
+	`{"symbol":"S","price":-3}`, `{"symbol":"S","price":0}`, `{"symbol":"S","price":0e5}`, `{"symbol":"S","price":-1e-9}`, `{"symbol":"S","price":5e-324}`,
 	`{"symbol":"S","price":1,"price":null}`, `{"symbol":"S","price":1 }`, `{"symbol":"S","price":1`, `{"symbol":"S","price":true}`,
 	`{"id"x"n","symbol":"S"}`, `{"symbol":"S","price"x1}`, `{"id":"a\,"symbol":"S"}`, "{\"id\":\"a\x01,\"symbol\":\"S\"}",
 	"{\"id\":\"n\",\"symbol\":\"S\x7f}", "{\"id\":\"n\",\"symbol\":\"S\xff}", "{\"symbol\":\"S\x00,\"price\":1}",

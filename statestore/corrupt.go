@@ -90,16 +90,19 @@ func (m *Manager) marked(dir string) (string, bool) {
 }
 
 // eventListener reports Pebble's corruption events and fatal logs of one
-// task to corruption; other background errors are logged.
-func (m *Manager) eventListener(task int, dir string) *pebble.EventListener {
-	log := m.log.With("task", task)
+// task to corruption and its disk-full errors to backgroundDiskFull
+// (diskfull.go); other background errors are logged, rate-limited.
+func (m *Manager) eventListener(task int, dir string, ev *storeEvents) *pebble.EventListener {
 	return &pebble.EventListener{
 		BackgroundError: func(err error) {
 			if pebble.IsCorruptionError(err) {
 				m.corruption(task, dir, "background error: "+err.Error())
 				return
 			}
-			log.Error("pebble: background error", "err", err)
+			m.rl.Error(rateKey(task, "background "+Errno(err)), "pebble: background error", "task", task, "dir", dir, "errno", Errno(err), "err", err)
+			if IsDiskFull(err) {
+				m.writeFailed(task, dir, ev, err)
+			}
 		},
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
 			m.corruption(task, dir, "data corruption: "+info.String())

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -245,23 +246,73 @@ func TestRebuildUsesAnotherStateDir(t *testing.T) {
 	s.Close()
 }
 
-// erofsFS refuses every write under prefix with EROFS.
+// erofsFS refuses every write under prefix with EROFS, once on is set
+// (from the start when on is nil).
 type erofsFS struct {
 	vfs.FS
 	prefix string
+	on     *atomic.Bool
+}
+
+func (f erofsFS) ro(name string) bool {
+	return strings.HasPrefix(name, f.prefix) && (f.on == nil || f.on.Load())
 }
 
 func (f erofsFS) MkdirAll(d string, p os.FileMode) error {
-	if strings.HasPrefix(d, f.prefix) {
+	if f.ro(d) {
 		return &os.PathError{Op: "mkdir", Path: d, Err: syscall.EROFS}
 	}
 	return f.FS.MkdirAll(d, p)
 }
 
-// A read-only state dir does not stop the Manager: the tasks placed there
-// fail and a rebuild goes to a dir that works.
+func (f erofsFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if f.ro(name) {
+		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EROFS}
+	}
+	return f.FS.Create(name, c)
+}
+
+// A state dir that cannot be used at start fails Open, naming the dir and
+// the errno (issue: a worker whose state dir was read-only never exited).
+func TestOpenFailsOnUnusableStateDir(t *testing.T) {
+	for _, fs := range []erofsFS{
+		{FS: vfs.NewMem(), prefix: "/ro"},          // cannot even create the group dir
+		{FS: vfs.NewMem(), prefix: "/ro/joiner/."}, // the group dir exists, files cannot be written
+	} {
+		_, err := Open(Options{Dirs: []string{"/rw", "/ro"}, Group: "joiner", FS: fs, Logger: quiet})
+		if err == nil {
+			t.Fatalf("Open with %s read-only succeeded", fs.prefix)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "state dir /ro/joiner cannot be used") || !strings.Contains(msg, "errno EROFS") ||
+			!errors.Is(err, syscall.EROFS) {
+			t.Errorf("Open with %s read-only: %v, want it to name /ro/joiner and EROFS", fs.prefix, err)
+		}
+	}
+}
+
+// On the OS's filesystem, a dir that is a file cannot be used either; the
+// check leaves nothing behind in a good dir.
+func TestCheckDirsOnTheOS(t *testing.T) {
+	good := t.TempDir()
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckDirs([]string{good, file}, "g")
+	if err == nil || !strings.Contains(err.Error(), "state dir "+filepath.Join(file, "g")+" cannot be used") || !strings.Contains(err.Error(), "errno ENOTDIR") {
+		t.Fatalf("CheckDirs with a file as a dir: %v", err)
+	}
+	if names, err := os.ReadDir(filepath.Join(good, "g")); err != nil || len(names) != 0 {
+		t.Errorf("the check left %v in the good dir (%v)", names, err)
+	}
+}
+
+// A state dir that turns read-only after Open does not stop the Manager:
+// the tasks placed there fail and a rebuild goes to a dir that works.
 func TestReadOnlyStateDirDoesNotStopOpen(t *testing.T) {
-	m := openManager(t, Options{Dirs: []string{"/ro", "/rw"}, FS: erofsFS{FS: vfs.NewMem(), prefix: "/ro"}, Placement: PlacementTasks})
+	var on atomic.Bool
+	m := openManager(t, Options{Dirs: []string{"/ro", "/rw"}, FS: erofsFS{FS: vfs.NewMem(), prefix: "/ro", on: &on}, Placement: PlacementTasks})
+	on.Store(true)
 	if _, err := m.OpenTask(0); err == nil {
 		t.Fatal("OpenTask placed in the read-only dir succeeded")
 	}

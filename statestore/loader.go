@@ -269,7 +269,7 @@ func (l *Loader) writeAndIngest(offset int64) error {
 // the versions of groups, each symbol's newest first.
 func (l *Loader) writeTable(path string, groups []loadGroup, withOffset bool, offset int64, order *[]int32) (err error) {
 	s := l.s
-	f, err := s.mgr.fs.Create(path, "")
+	f, err := s.popts.FS.Create(path, "") // the store's faultFS: a full disk takes the fatal path (diskfull.go)
 	if err != nil {
 		return err
 	}

@@ -33,10 +33,9 @@ func (m *Manager) lockGroupDirs() error {
 	}
 	for _, d := range m.opts.Dirs {
 		l, err := lockDir(m.groupDir(d), m.opts.InstanceID)
-		if err != nil && !errors.Is(err, ErrLocked) && readOnly(err) {
-			// Nobody can write there, so nobody can delete another's
-			// stores there either; the tasks placed there will fail.
-			m.log.Warn("statestore: cannot lock a read-only state dir", "dir", m.groupDir(d), "err", err)
+		if IsDiskFull(err) { // no lock file on a full disk: no store opens there either (diskfull.go)
+			m.log.Warn("statestore: cannot create the lock file of a full state dir; no task store opens there until space is freed",
+				"dir", m.groupDir(d), "err", err)
 			continue
 		}
 		if err != nil {
@@ -61,7 +60,7 @@ func lockDir(gdir, instance string) (*dirLock, error) {
 	p := gdir + lockSuffix
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("statestore: open lock file %s: %w (check that the state dir is writable)", p, err)
+		return nil, dirError("open its lock file", gdir, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		holder, _ := os.ReadFile(p)
@@ -70,7 +69,7 @@ func lockDir(gdir, instance string) (*dirLock, error) {
 			return nil, fielderr.Errorf("statestore: %w: %s is locked by %s; give each worker its own {Dirs} (or stop the other one)",
 				ErrLocked, gdir, describeHolder(holder))
 		}
-		return nil, fmt.Errorf("statestore: lock %s: %w", p, err)
+		return nil, dirError("lock "+p, gdir, err)
 	}
 	host, _ := os.Hostname()
 	info := fmt.Sprintf("instance=%s pid=%d host=%s since=%s\n", instance, os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
@@ -87,10 +86,4 @@ func describeHolder(b []byte) string {
 		return "another process (it wrote no instance id)"
 	}
 	return "another worker (" + s + ")"
-}
-
-// readOnly reports whether err means the filesystem refuses writes: a
-// read-only mount or missing permissions.
-func readOnly(err error) bool {
-	return errors.Is(err, syscall.EROFS) || errors.Is(err, os.ErrPermission)
 }

@@ -4,15 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+
+	"github.com/joiner-dev/joiner/internal/lograte"
 )
 
 // pebbleLogger routes Pebble's own log lines to slog: informational lines
-// at Debug, errors at Error. Fatalf logs at Error, records the fault (a
-// corruption marker in the task dir; see corrupt.go), which by default
-// exits, and panics if that returned, since Pebble expects it not to
-// return.
+// at Debug, errors at Error, rate-limited (one line per task and format per
+// interval, with the count suppressed: Pebble repeats an error as often as
+// it retries, which on a full disk is without pause). Fatalf logs at
+// Error, records the fault (a marker in the task dir; see corrupt.go and
+// diskfull.go), which by default exits, and panics if that returned, since
+// Pebble expects it not to return.
 type pebbleLogger struct {
 	l     *slog.Logger
+	rl    *lograte.Limiter
+	task  int
 	fatal func(msg string) // records the fault; by default it exits
 }
 
@@ -23,7 +29,12 @@ func (p pebbleLogger) Infof(format string, args ...any) {
 }
 
 func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	if p.rl == nil {
+		p.l.Error(msg)
+		return
+	}
+	p.rl.Error(rateKey(p.task, format), msg, "task", p.task)
 }
 
 func (p pebbleLogger) Fatalf(format string, args ...any) {

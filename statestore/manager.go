@@ -11,6 +11,7 @@
 package statestore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/joiner-dev/joiner/internal/lograte"
 )
 
 // Placement strategies for Options.Placement.
@@ -92,8 +94,18 @@ type Options struct {
 	// a task store at run time, after a marker recording it was written to
 	// the task dir: the next OpenTask moves that store aside and rebuilds
 	// it. Pebble expects it not to return. Default: exit the process with
-	// status 1.
+	// status 1. A write the disk refused (a full disk) goes the same way
+	// (diskfull.go).
 	Fatal func(task int, err error)
+
+	// MinFreeBytes is the free space a state dir must have before a store
+	// opens there (and so before its restore starts); below it the open
+	// fails with ErrDiskFull (diskfull.go). Default: DefaultMinFreeBytes;
+	// negative: no check.
+	MinFreeBytes int64
+	// OpenTimeout bounds how long OpenTask waits for Pebble to open a
+	// store (its WAL replay). Default: DefaultOpenTimeout.
+	OpenTimeout time.Duration
 }
 
 // Validate reports the first problem with o, ignoring defaults.
@@ -114,6 +126,9 @@ func (o *Options) Validate() error {
 	if o.Group == "" || o.Group == "." || o.Group == ".." || strings.ContainsAny(o.Group, `/\`) {
 		return fmt.Errorf("statestore: group %q is not a usable directory name", o.Group)
 	}
+	if o.OpenTimeout < 0 {
+		return fmt.Errorf("statestore: open timeout %s is negative", o.OpenTimeout)
+	}
 	if o.CacheBytes < 0 {
 		return fmt.Errorf("statestore: cache size %d bytes is negative", o.CacheBytes)
 	}
@@ -133,8 +148,10 @@ type Manager struct {
 	fs        vfs.FS
 	log       *slog.Logger
 	cache     *pebble.Cache
-	freeBytes func(dir string) (uint64, error) // replaced in tests
-	rebuilds  atomic.Int64
+	freeBytes func(dir string) (uint64, error) // placement's; replaced in tests
+	// availBytes is the free-space check's (diskfull.go); replaced in tests.
+	availBytes func(dir string) (uint64, error)
+	rebuilds   atomic.Int64
 
 	locks       []*dirLock       // lock.go
 	corruptDirs atomic.Int64     // corrupt.go
@@ -142,13 +159,19 @@ type Manager struct {
 	override    map[int]string   // task dir chosen by Rebuild; guarded by mu
 	held        map[int]int64    // Held's cache of closed stores (held.go); guarded by mu
 
+	rl    *lograte.Limiter // Pebble's repeated errors (diskfull.go)
+	bg    sync.WaitGroup   // the goroutines of pebble.Open (diskfull.go)
+	stuck map[string]bool  // dirs of abandoned opens; guarded by mu
+
 	mu     sync.Mutex
 	closed bool
 	open   map[int]*Store // a nil value marks a task being opened
 }
 
-// Open validates opts, creates <dir>/<group> in every state dir and
-// allocates the shared block cache. Close the Manager to release it.
+// Open validates opts, creates <dir>/<group> in every state dir, checks
+// that it can be written and fsynced and locks it (check.go: a dir that
+// cannot be used fails Open, naming the dir and the errno), and allocates
+// the shared block cache. Close the Manager to release it.
 func Open(opts Options) (*Manager, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -172,25 +195,30 @@ func Open(opts Options) (*Manager, error) {
 	if opts.Fatal == nil {
 		opts.Fatal = exitOne
 	}
+	if opts.MinFreeBytes == 0 {
+		opts.MinFreeBytes = DefaultMinFreeBytes
+	}
+	if opts.OpenTimeout == 0 {
+		opts.OpenTimeout = DefaultOpenTimeout
+	}
 	m := &Manager{
 		opts: opts,
 		fs:   opts.FS,
 		log:  opts.Logger.With("group", opts.Group),
 		open: map[int]*Store{},
 	}
+	m.rl = lograte.New(m.log, lograte.DefaultInterval)
 	m.freeBytes = func(dir string) (uint64, error) {
 		u, err := m.fs.GetDiskUsage(dir)
 		return u.AvailBytes, err
 	}
-	for _, d := range opts.Dirs {
-		if err := m.fs.MkdirAll(m.groupDir(d), 0o755); err != nil {
-			if readOnly(err) { // its tasks fail over (unusable.go), the worker stays up
-				m.log.Warn("statestore: a state dir is read-only; its task stores will fail and be placed elsewhere or released",
-					"dir", m.groupDir(d), "err", err)
-				continue
-			}
-			return nil, fmt.Errorf("statestore: create %s: %w (check that the state dir exists and is writable)",
-				m.groupDir(d), err)
+	m.availBytes = m.freeBytes
+	for _, d := range opts.Dirs { // fail at start on a dir that cannot be used (check.go)
+		if err := checkDir(m.fs, m.groupDir(d)); IsDiskFull(err) {
+			m.log.Warn("statestore: a state dir is full; the tasks placed there fail on this worker and move to others until space is freed",
+				"dir", m.groupDir(d), "err", err)
+		} else if err != nil {
+			return nil, err
 		}
 	}
 	if err := m.lockGroupDirs(); err != nil {
@@ -227,6 +255,9 @@ func (m *Manager) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	if err := m.waitOpens(); err != nil { // abandoned opens (diskfull.go)
+		errs = append(errs, err)
+	}
 	m.cache.Unref() // each open DB holds its own reference
 	m.unlockGroupDirs()
 	return errors.Join(errs...)
@@ -243,7 +274,17 @@ func (m *Manager) Close() error {
 //
 // The caller must Close the Store. Opening a task that is already open in
 // this Manager returns ErrTaskOpen.
+//
+// A store whose state dir is full (under MinFreeBytes free, or Pebble
+// reports ENOSPC or EDQUOT) or that does not open within OpenTimeout is
+// neither moved nor rebuilt: the error wraps ErrDiskFull or ErrOpenTimeout
+// (diskfull.go).
 func (m *Manager) OpenTask(task int) (*Store, error) {
+	return m.OpenTaskContext(context.Background(), task)
+}
+
+// OpenTaskContext is OpenTask, giving up waiting for Pebble when ctx ends.
+func (m *Manager) OpenTaskContext(ctx context.Context, task int) (*Store, error) {
 	if task < 0 {
 		return nil, fmt.Errorf("statestore: task %d is negative", task)
 	}
@@ -265,7 +306,7 @@ func (m *Manager) OpenTask(task int) (*Store, error) {
 	m.open[task] = nil // reserve while opening outside the lock
 	m.mu.Unlock()
 
-	s, err := m.openOrRebuild(task, dir)
+	s, err := m.openOrRebuild(ctx, task, dir)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -282,14 +323,17 @@ func (m *Manager) OpenTask(task int) (*Store, error) {
 	return s, nil
 }
 
-func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
+func (m *Manager) openOrRebuild(ctx context.Context, task int, dir string) (*Store, error) {
 	reason := RebuildOpenFailed
 	var openErr error
 	var s *Store
 	if what, ok := m.marked(dir); ok {
 		reason, openErr = RebuildCorruption, fmt.Errorf("%w: recorded at run time: %s", ErrCorrupt, what)
-	} else if s, openErr = m.openStore(task, dir); openErr == nil {
+	} else if s, openErr = m.openStore(ctx, task, dir); openErr == nil {
 		return s, nil
+	}
+	if notTheStore(openErr) { // the disk or the wait failed, not the store: keep it
+		return nil, openErr
 	}
 	if errors.Is(openErr, errOldFormat) {
 		return m.rebuildOldFormat(task, dir, openErr)
@@ -317,7 +361,7 @@ func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
 	if err := m.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("statestore: recreate %s for task %d: %w", dir, task, err)
 	}
-	s, err = m.openStore(task, dir)
+	s, err = m.openStore(ctx, task, dir)
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open fresh store for task %d in %s after moving the old one to %s: %w",
 			task, dir, aside, err)
@@ -333,29 +377,41 @@ func (m *Manager) openOrRebuild(task int, dir string) (*Store, error) {
 // as the restore.
 const memTableBytes = 32 << 20
 
-func (m *Manager) openStore(task int, dir string) (*Store, error) {
+func (m *Manager) openStore(ctx context.Context, task int, dir string) (*Store, error) {
+	if err := m.checkFree(task, dir); err != nil {
+		return nil, err
+	}
+	ev := newStoreEvents()
 	popts := &pebble.Options{
-		Cache:         m.cache,
-		MemTableSize:  memTableBytes,
-		FS:            m.fs,
-		Logger:        pebbleLogger{l: m.log.With("task", task), fatal: func(msg string) { m.corruption(task, dir, msg) }},
-		EventListener: m.eventListener(task, dir),
+		Cache:        m.cache,
+		MemTableSize: memTableBytes,
+		FS:           &faultFS{FS: m.fs, hit: func(err error) { m.writeFailed(task, dir, ev, err) }},
+		Logger: pebbleLogger{l: m.log.With("task", task), rl: m.rl, task: task, fatal: func(msg string) {
+			if diskFullText(msg) {
+				m.writeFault(task, dir, fmt.Errorf("%w: %s", ErrDiskFull, msg))
+				return
+			}
+			m.corruption(task, dir, msg)
+		}},
+		EventListener: m.eventListener(task, dir, ev),
 	}
 	popts.EnsureDefaults() // what Open would use; Loader's tables are written with them
 	m.removeLoadTables(task, dir)
-	db, err := pebble.Open(dir, popts)
-	if err != nil {
+	var off int64 // written by the open's goroutine, read once it returned
+	db, err := m.openDB(ctx, task, dir, popts, ev, func(db *pebble.DB) error {
+		if err := checkFormat(db); err != nil {
+			return err
+		}
+		var err error
+		if off, err = readAppliedOffset(db); err != nil {
+			return fmt.Errorf("read the applied offset: %w", err)
+		}
+		return nil
+	})
+	if err != nil { // an abandoned open stays "opening": its disk errors never exit
 		return nil, fmt.Errorf("statestore: open task %d in %s: %w", task, dir, err)
 	}
-	if err := checkFormat(db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("statestore: open task %d in %s: %w", task, dir, err)
-	}
-	off, err := readAppliedOffset(db)
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("statestore: read applied offset of task %d in %s: %w", task, dir, err)
-	}
+	ev.opening.Store(false)
 	wo := pebble.NoSync
 	if m.opts.Sync {
 		wo = pebble.Sync
@@ -381,7 +437,7 @@ func (m *Manager) rebuildOldFormat(task int, dir string, why error) (*Store, err
 	if m.opts.OnRebuild != nil {
 		m.opts.OnRebuild(task, why)
 	}
-	return m.openStore(task, dir)
+	return m.openStore(context.Background(), task, dir)
 }
 
 // forget drops s from the open set, remembering for Held the offset it

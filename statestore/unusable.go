@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -91,7 +92,7 @@ func (m *Manager) rebuild(task int) (*Store, error) {
 			errs = append(errs, fmt.Errorf("create %s: %w", p, err))
 			continue
 		}
-		s, err := m.openStore(task, p)
+		s, err := m.openStore(context.Background(), task, p)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -24,6 +25,7 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		cfg     = def
 		asJSON  bool
 		verbose bool
+		serve   bool
 	)
 	var brokers string
 	fs.StringVar(&brokers, "brokers", "", "run on this Kafka cluster (comma-separated bootstrap brokers) instead of the embedded broker; topics and group are created for the run and the topics deleted after it")
@@ -42,6 +44,7 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Grace, "grace", 0, "the workers' --grace")
 	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
 	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")
+	fs.BoolVar(&serve, "serve", false, "keep the workers running after the report and print each worker's status page URL; stop with Ctrl-C")
 	sec := kafkasec.AddFlags(fs.FlagSet)
 	if _, status, ok := fs.parse(args); !ok {
 		return status
@@ -60,7 +63,7 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if verbose {
 		level = slog.LevelInfo
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = fs.logger(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Progress = stderr
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -72,17 +75,37 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		cfg.Transport = tr
 	}
+	report := func(rep demo.Report) error {
+		if err := rep.WriteTable(stdout); err != nil {
+			return err
+		}
+		if asJSON {
+			return rep.WriteJSON(stdout)
+		}
+		return nil
+	}
+	var reportErr error
+	if serve {
+		cfg.Serve = func(rep demo.Report, pages []demo.WorkerPage) {
+			reportErr = report(rep)
+			fmt.Fprintln(stdout, "status pages (the workers keep running; Ctrl-C stops them):")
+			for _, p := range pages {
+				fmt.Fprintf(stdout, "  %s  %s\n", p.Instance, p.URL)
+			}
+		}
+	}
 	rep, err := demo.Run(ctx, cfg)
 	if err != nil {
 		return fs.fail(1, err)
 	}
-	if err := rep.WriteTable(stdout); err != nil {
-		return 1
-	}
-	if asJSON {
-		if err := rep.WriteJSON(stdout); err != nil {
+	if serve {
+		if reportErr != nil {
 			return 1
 		}
+		return 0
+	}
+	if err := report(rep); err != nil {
+		return 1
 	}
 	return 0
 }

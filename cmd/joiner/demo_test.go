@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
 
 // The last line of `joiner demo --json` is the report; the defaults
-// reproduce the four-worker demo (4 workers, 6 partitions) with 30/30 local joins.
+// reproduce the four-worker demo (4 workers, 6 partitions) with 30/30 local
+// joins, and stderr holds no WARN.
 func TestDemoJSONLastLine(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := dispatch([]string{"demo", "--json", "--timeout", "60s"}, nil, &stdout, &stderr); code != 0 {
@@ -52,6 +54,11 @@ func TestDemoJSONLastLine(t *testing.T) {
 	if sum != 30 {
 		t.Errorf("per-worker joins sum to %d, want 30", sum)
 	}
+	// The first screen is quiet: a fresh demo group starts with nothing to
+	// replay, which is no warning.
+	if strings.Contains(stderr.String(), "level=WARN") || strings.Contains(stderr.String(), "level=ERROR") {
+		t.Errorf("joiner demo without --verbose logged a warning or an error:\n%s", stderr.String())
+	}
 }
 
 func TestDemoUsageErrors(t *testing.T) {
@@ -80,5 +87,36 @@ func TestRunRefusesBadFlags(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "JOINER_SESSION_TIMEOUT") {
 		t.Errorf("stderr %q does not name the variable", stderr.String())
+	}
+}
+
+// The README's demo sample shows the table a real `joiner demo` prints:
+// each worker's tasks and joins (the rest of the sample, the broker's port
+// and the timings, change from run to run).
+func TestREADMEDemoSample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sample, ok := strings.Cut(string(readme), "$ go run ./cmd/joiner demo\n")
+	sample, _, _ = strings.Cut(sample, "```")
+	if !ok {
+		t.Fatal("README has no `$ go run ./cmd/joiner demo` sample")
+	}
+	var stdout, stderr bytes.Buffer
+	if code := dispatch([]string{"demo", "--timeout", "60s"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	table := func(s string) []string {
+		var rows []string
+		for _, l := range strings.Split(s, "\n") {
+			if f := strings.Fields(l); len(f) == 5 && (strings.HasPrefix(f[0], "worker") || f[0] == "total") {
+				rows = append(rows, strings.Join(f, " "))
+			}
+		}
+		return rows
+	}
+	if got, want := table(stdout.String()), table(sample); strings.Join(got, "\n") != strings.Join(want, "\n") || len(want) == 0 {
+		t.Errorf("joiner demo prints\n%s\nbut the README shows\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"strings"
 
 	"github.com/joiner-dev/joiner/internal/fielderr"
@@ -25,6 +26,8 @@ var fieldFlags = map[string][]string{
 	"PeerCAFile":     {"http-tls-ca-file", "tls-ca-file"},
 	"RetryTimeout":   {"retry-timeout"},
 	"Dirs":           {"state-dir"},
+	"MinFreeBytes":   {"state-min-free-bytes"},
+	"OpenTimeout":    {"state-open-timeout"},
 
 	"Workers":                {"workers"},
 	"Symbols":                {"symbols"},
@@ -54,3 +57,10 @@ func (f *cmdFlags) flagsOf(field string) string {
 // message is err's message with the fields of library errors named by
 // this command's flags.
 func (f *cmdFlags) message(err error) string { return fielderr.Rename(err, f.flagsOf) }
+
+// logger returns a logger on h that names the fields of the library errors
+// it logs by this command's flags, as message does for the final error:
+// the WARN of a retry says --brokers, not Brokers.
+func (f *cmdFlags) logger(h slog.Handler) *slog.Logger {
+	return slog.New(fielderr.Handler(h, f.flagsOf))
+}

@@ -2,11 +2,17 @@ package main
 
 import (
 	"bytes"
+	"net"
+	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/kafkasec"
+	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/statestore"
@@ -68,5 +74,88 @@ func TestFieldFlags(t *testing.T) {
 	}
 	if got := run.flagsOf("RetryTimeout"); got != "" {
 		t.Errorf("flagsOf(RetryTimeout) = %q on a command without --retry-timeout, want \"\"", got)
+	}
+}
+
+// hintRE finds the hints of a line: a verb and the flag it tells to
+// check, set, raise, give or add.
+var hintRE = regexp.MustCompile(`\b(?:check|set|raise|give|add) (--[a-z-]+)`)
+
+// checkUserOutput fails when out names a Config field that has a flag
+// (fieldFlags, kafkasec's fields) instead of the flag, or when a line
+// gives the same flag hint twice.
+func checkUserOutput(t *testing.T, what, out string) {
+	t.Helper()
+	var fields []string
+	for f := range fieldFlags {
+		fields = append(fields, f)
+	}
+	for _, f := range reflect.VisibleFields(reflect.TypeOf(kafkasec.Config{})) {
+		if kafkasec.FlagName(f.Name) != "" && f.Name != "TLS" { // TLS is also the word
+			fields = append(fields, f.Name)
+		}
+	}
+	bare := regexp.MustCompile(`\b(?:` + strings.Join(fields, "|") + `)\b`)
+	for _, line := range strings.Split(out, "\n") {
+		if m := bare.FindString(line); m != "" {
+			t.Errorf("%s: names the field %s, not its flag: %s", what, m, line)
+		}
+		seen := map[string]bool{}
+		for _, m := range hintRE.FindAllStringSubmatch(line, -1) {
+			if seen[m[1]] {
+				t.Errorf("%s: the hint about %s is given twice: %s", what, m[1], line)
+			}
+			seen[m[1]] = true
+		}
+	}
+}
+
+// No user-facing output of the commands that reach Kafka names a Config
+// field, in the final error or in the log lines before it (a retry's WARN),
+// and no hint is repeated: brokers that do not answer, at start of run
+// (retried until --startup-timeout), loadgen, demo and leave, over
+// plaintext and TLS + SASL, and a rejected password.
+func TestOutputNamesFlagsNotFields(t *testing.T) {
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := dead.Addr().String()
+	dead.Close()
+	b := kafkasectest.Start(t)
+	wrongPW := filepath.Join(t.TempDir(), "wrong")
+	if err := os.WriteFile(wrongPW, []byte("not-"+b.Password), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secure := []string{"--tls-ca-file", b.CA.File, "--sasl-mechanism", b.Mechanism, "--sasl-username", b.User, "--sasl-password-file", b.PasswordFile}
+	run := func(t *testing.T, brokers string, extra ...string) []string {
+		return append([]string{"run", "--brokers", brokers, "--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir(),
+			"--instance-id", "w1", "--startup-timeout", "1500ms"}, extra...)
+	}
+	for _, tc := range []struct {
+		name string
+		args func(t *testing.T) []string
+		want string
+	}{
+		{"run, no broker", func(t *testing.T) []string { return run(t, closed) }, "check --brokers"},
+		{"run, no broker, TLS + SASL", func(t *testing.T) []string { return run(t, closed, secure...) }, "check --brokers"},
+		{"run, wrong password", func(t *testing.T) []string {
+			return run(t, b.Addr, "--tls-ca-file", b.CA.File, "--sasl-mechanism", b.Mechanism, "--sasl-username", b.User, "--sasl-password-file", wrongPW)
+		}, "check --sasl-username"},
+		{"loadgen, no broker", func(*testing.T) []string { return []string{"loadgen", "--brokers", closed} }, "check --brokers"},
+		{"demo, no broker", func(*testing.T) []string { return []string{"demo", "--brokers", closed} }, "check --brokers"},
+		{"leave, no broker", func(*testing.T) []string {
+			return []string{"leave", "--brokers", closed, "--instance-id", "w1", "--timeout", "2s"}
+		}, "check --brokers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := dispatch(tc.args(t), nil, &stdout, &stderr)
+			out := stdout.String() + stderr.String()
+			if code != 1 || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, want 1 and output saying %q:\n%s", code, tc.want, out)
+			}
+			checkUserOutput(t, tc.name, out)
+		})
 	}
 }

@@ -18,7 +18,8 @@ func envName(flag string) string {
 
 // cmdFlags is the flag set of one subcommand, the one flag helper every
 // subcommand uses. -h prints the usage on stdout and exits 0; a bad flag
-// prints the error and the usage on stderr and exits 2.
+// prints one line on stderr, naming the flag (--name) and the form its
+// value takes, and exits 2.
 type cmdFlags struct {
 	*flag.FlagSet
 	synopsis string // after "usage: joiner "
@@ -39,8 +40,8 @@ type cmdFlags struct {
 
 func newFlags(name, synopsis string, stdout, stderr io.Writer) *cmdFlags {
 	f := &cmdFlags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), synopsis: synopsis, stdout: stdout, stderr: stderr}
-	f.SetOutput(stderr)
-	f.Usage = func() {} // parse prints the usage where it belongs
+	f.SetOutput(io.Discard) // parse prints the error, in one line of its own
+	f.Usage = func() {}     // and the usage only for -h
 	return f
 }
 
@@ -58,9 +59,8 @@ func (f *cmdFlags) parse(args []string) (positional []string, status int, ok boo
 	case errors.Is(err, flag.ErrHelp):
 		f.printUsage(f.stdout)
 		return nil, 0, false
-	case err != nil: // the flag package printed the error
-		f.printUsage(f.stderr)
-		return nil, 2, false
+	case err != nil:
+		return nil, f.usageError(f.flagError(err)), false
 	}
 	if f.env {
 		if err := f.fillFromEnv(); err != nil {
@@ -83,6 +83,9 @@ func (f *cmdFlags) fillFromEnv() error {
 		if v, set := os.LookupEnv(envName(fl.Name)); set {
 			if err := f.Set(fl.Name, v); err != nil {
 				bad = fmt.Errorf("invalid value %q for %s: %v", v, envName(fl.Name), err)
+				if form := valueForm(fl); form != "" {
+					bad = fmt.Errorf("invalid value %q for %s (--%s): want %s", v, envName(fl.Name), fl.Name, form)
+				}
 			}
 		}
 	})
@@ -96,10 +99,10 @@ func (f *cmdFlags) fail(status int, err error) int {
 	return status
 }
 
-// usageError prints msg and the usage on stderr and returns 2.
+// usageError prints "joiner <name>: msg (see joiner <name> -h)", one
+// line on stderr, and returns 2.
 func (f *cmdFlags) usageError(msg string) int {
-	fmt.Fprintf(f.stderr, "joiner %s: %s\n\n", f.Name(), msg)
-	f.printUsage(f.stderr)
+	fmt.Fprintf(f.stderr, "joiner %s: %s (see joiner %s -h)\n", f.Name(), msg, f.Name())
 	return 2
 }
 
@@ -161,8 +164,9 @@ func splitList(s string) []string {
 	return out
 }
 
-// newLogger builds the process logger from --log-format and --log-level.
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+// newLogger builds the process logger from --log-format and --log-level;
+// it names the fields of the library errors it logs by f's flags.
+func (f *cmdFlags) newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", level)
@@ -170,9 +174,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return f.logger(slog.NewTextHandler(w, opts)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return f.logger(slog.NewJSONHandler(w, opts)), nil
 	default:
 		return nil, fmt.Errorf("--log-format must be text or json, got %q", format)
 	}

@@ -45,7 +45,7 @@ func runLeave(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tr, err := sec.Connect(ctx, splitList(brokers), slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	tr, err := sec.Connect(ctx, splitList(brokers), fs.logger(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		return fs.fail(1, err)
 	}

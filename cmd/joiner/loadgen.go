@@ -56,7 +56,7 @@ func runLoadgen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	cfg.Progress = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if cfg.Transport, err = sec.Connect(ctx, cfg.Brokers, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
+	if cfg.Transport, err = sec.Connect(ctx, cfg.Brokers, fs.logger(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
 		return fs.fail(1, err)
 	}
 	if _, err := loadgen.Run(ctx, cfg); err != nil {

@@ -67,9 +67,9 @@ func TestPartitionUsageErrors(t *testing.T) {
 		{"missing partitions", []string{"AAPL"}, "--partitions is required"},
 		{"zero partitions", []string{"--partitions", "0", "AAPL"}, "at least 1"},
 		{"negative partitions", []string{"--partitions=-3", "AAPL"}, "at least 1"},
-		{"unparsable partitions", []string{"--partitions", "six", "AAPL"}, "invalid value"},
-		{"flag without value", []string{"AAPL", "--partitions"}, "needs an argument"},
-		{"unknown flag", []string{"--partitions", "6", "--bogus", "AAPL"}, "not defined"},
+		{"unparsable partitions", []string{"--partitions", "six", "AAPL"}, `invalid value "six" for --partitions: want an integer`},
+		{"flag without value", []string{"AAPL", "--partitions"}, "--partitions needs a value"},
+		{"unknown flag", []string{"--partitions", "6", "--bogus", "AAPL"}, "unknown flag --bogus"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,8 +80,8 @@ func TestPartitionUsageErrors(t *testing.T) {
 			if out != "" {
 				t.Errorf("stdout = %q, want nothing", out)
 			}
-			if !strings.Contains(errOut, tt.wantErr) || !strings.Contains(errOut, "usage: joiner partition") {
-				t.Errorf("stderr = %q, want it to contain %q and the usage", errOut, tt.wantErr)
+			if !strings.Contains(errOut, tt.wantErr) || !strings.HasSuffix(errOut, "(see joiner partition -h)\n") || strings.Count(errOut, "\n") != 1 {
+				t.Errorf("stderr = %q, want one line with %q and where the help is", errOut, tt.wantErr)
 			}
 		})
 	}

@@ -65,6 +65,8 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.HTTPKeyFile, "http-tls-key-file", "", "PEM private key of --http-tls-cert-file")
 	fs.StringVar(&httpCAFile, "http-tls-ca-file", "", "PEM CA bundle that signs the workers' HTTP certificates (default --tls-ca-file, else the system roots)")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the --http-addr listener")
+	fs.Int64Var(&cfg.MinFreeBytes, "state-min-free-bytes", statestore.DefaultMinFreeBytes, "free bytes a state dir needs before a task store opens or restores there; below it the task fails on this worker and moves to another (0: no check)")
+	fs.DurationVar(&cfg.StoreOpenTimeout, "state-open-timeout", statestore.DefaultOpenTimeout, "how long a task store may take to open (replaying its WAL) before its task fails on this worker")
 	fs.DurationVar(&cfg.CorruptRetention, "corrupt-retention", statestore.DefaultCorruptRetention, "how long moved-aside task stores (task-<p>.corrupt-*) are kept before they are deleted")
 	fs.StringVar(&cfg.StartOffset, "start-offset", "earliest", "where a group with no committed offset starts on the notifications: earliest or latest")
 	fs.DurationVar(&cfg.StartupTimeout, "startup-timeout", node.DefaultStartupTimeout, "how long to retry unreachable brokers at start before exiting 1")
@@ -73,7 +75,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if _, status, ok := fs.parse(args); !ok {
 		return status
 	}
-	log, err := newLogger(stderr, logFormat, logLvl)
+	log, err := fs.newLogger(stderr, logFormat, logLvl)
 	if err != nil {
 		return fs.fail(2, err)
 	}
@@ -86,11 +88,18 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fs.fail(2, err)
 	}
 	cfg.BulkRestoreMin = bulkRestoreMin(cfg.BulkRestoreMin)
+	if cfg.MinFreeBytes == 0 {
+		cfg.MinFreeBytes = -1 // the flag's 0 is no check, the Config's is the default
+	}
 	cfg.PartitionsExplicit = fs.given("partitions")
 	cfg.ProcessMetrics = true
 	cfg.Logger = log
+	cfg.FieldName = fs.flagsOf // /readyz says --brokers, as the logs do
 	cfg.PeerCAFile = cmp.Or(httpCAFile, sec.CAFile)
 
+	if err := statestore.CheckDirs(cfg.StateDirs, cfg.Group); err != nil {
+		return fs.fail(1, err) // at once, before Kafka: the worker could run no task
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tr, err := sec.ConnectOrWait(ctx, cfg.Brokers, log)
@@ -105,6 +114,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fs.fail(1, err)
 	}
+	defer boundShutdown(ctx, shutdownGrace(cfg.RebalanceTimeout), stderr, os.Exit)()
 	if err := n.Run(ctx); err != nil {
 		return fs.fail(1, err)
 	}

@@ -5,6 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +33,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{"empty group from env", nil, map[string]string{"JOINER_GROUP": ""}, "JOINER_GROUP"},
 		{"empty instance id", []string{"--instance-id", ""}, nil, "--instance-id"},
 		{"empty instance id from env", nil, map[string]string{"JOINER_INSTANCE_ID": ""}, "--instance-id"},
+		{"instance id over Kafka's limit", []string{"--instance-id", strings.Repeat("w", 250)}, nil, "--instance-id is 250 characters"},
+		{"advertise addr too long", []string{"--advertise-addr", strings.Repeat("h", 251) + ":8080"}, nil, "--advertise-addr is 256 bytes"},
 		{"empty market topic", []string{"--market-topic", ""}, nil, "--market-topic"},
 		{"empty notifications topic", []string{"--notifications-topic", ""}, nil, "--notifications-topic"},
 		{"empty alerts topic", []string{"--alerts-topic", ""}, nil, "--alerts-topic"},
@@ -126,9 +131,11 @@ func TestRunWaitsForKafkaThenExits1(t *testing.T) {
 			"--state-dir", t.TempDir(), "--startup-timeout", "3s"}, nil, io.Discard, &stderr)
 	}()
 	var ready, health int
+	var readyBody []byte
 	for time.Since(start) < 3*time.Second && (ready == 0 || health == 0) {
 		if r, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
 			ready = r.StatusCode
+			readyBody, _ = io.ReadAll(r.Body)
 			r.Body.Close()
 		}
 		if r, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
@@ -140,6 +147,10 @@ func TestRunWaitsForKafkaThenExits1(t *testing.T) {
 	if ready != http.StatusServiceUnavailable || health != http.StatusOK {
 		t.Errorf("while waiting: /readyz %d, /healthz %d; want 503 and 200", ready, health)
 	}
+	if !strings.Contains(string(readyBody), "check --brokers") {
+		t.Errorf("/readyz while waiting = %q, want its cause with the hint naming --brokers", readyBody)
+	}
+	checkUserOutput(t, "/readyz", string(readyBody))
 	select {
 	case code := <-done:
 		if code != 1 {
@@ -183,6 +194,38 @@ func TestBulkRestoreMin(t *testing.T) {
 	} {
 		if got := bulkRestoreMin(tc.flag); got != tc.want {
 			t.Errorf("bulkRestoreMin(%d) = %d, want %d", tc.flag, got, tc.want)
+		}
+	}
+}
+
+// Row "a state dir that cannot be used at start": `joiner run` exits 1 at
+// once, before it reaches Kafka (nothing listens at the broker address),
+// with one line naming the dir and the errno. A path under a file is
+// unusable for everyone; as root, so is a read-only mount.
+func TestRunUnusableStateDirExits1(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ dir, errno string }{{filepath.Join(file, "state"), "ENOTDIR"}}
+	if ro := t.TempDir(); os.Geteuid() == 0 && exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", ro).Run() == nil {
+		t.Cleanup(func() { _ = exec.Command("umount", ro).Run() })
+		cases = append(cases, struct{ dir, errno string }{ro, "EROFS"})
+	} else {
+		t.Log("not root or mount failed: the read-only mount case is skipped")
+	}
+	for _, tc := range cases {
+		var stderr bytes.Buffer
+		start := time.Now()
+		code := dispatch([]string{"run", "--brokers", "127.0.0.1:1", "--http-addr", "127.0.0.1:0", "--startup-timeout", "30s",
+			"--group", "g", "--state-dir", t.TempDir() + "," + tc.dir}, nil, io.Discard, &stderr)
+		out := strings.TrimSpace(stderr.String())
+		if code != 1 || time.Since(start) > 5*time.Second {
+			t.Errorf("%s: exit %d after %s, want 1 at once; stderr:\n%s", tc.dir, code, time.Since(start), out)
+		}
+		want := "state dir " + filepath.Join(tc.dir, "g") + " cannot be used"
+		if strings.Contains(out, "\n") || !strings.Contains(out, want) || !strings.Contains(out, "errno "+tc.errno) || !strings.Contains(out, "--state-dir") {
+			t.Errorf("%s: stderr is not one line naming %q, errno %s and --state-dir:\n%s", tc.dir, want, tc.errno, out)
 		}
 	}
 }

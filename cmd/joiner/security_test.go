@@ -86,6 +86,8 @@ func TestSecurityFailuresExit1Quickly(t *testing.T) {
 		{"wrong CA", []string{"--tls-ca-file", b.WrongCA.File, "--sasl-mechanism", b.Mechanism, "--sasl-username", b.User, "--sasl-password-file", b.PasswordFile},
 			[]string{"TLS handshake failed", b.Addr, "unknown authority"}},
 		{"plaintext", nil, []string{"plaintext", b.Addr, "--tls"}},
+		{"SASL without TLS", []string{"--sasl-mechanism", b.Mechanism, "--sasl-username", b.User, "--sasl-password-file", b.PasswordFile},
+			[]string{"plaintext", b.Addr, "add --tls"}},
 	}
 	for _, tc := range cases {
 		for _, cmd := range []string{"run", "loadgen", "demo"} {

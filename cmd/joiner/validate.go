@@ -107,6 +107,13 @@ func (c *checks) err() error {
 	return usageError{c.errs[0]}
 }
 
+// maxInstanceID is Kafka's limit on group.instance.id; maxAdvertiseAddr is
+// group's on the address in the member's user data.
+const (
+	maxInstanceID    = 249
+	maxAdvertiseAddr = 255
+)
+
 // validateRun checks `joiner run`'s flags after parsing: every wrong value
 // is a usage error (exit 2), found before anything connects to Kafka.
 func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
@@ -114,6 +121,12 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.list("brokers", cfg.Brokers)
 	c.nonEmpty("group", cfg.Group)
 	c.notGivenEmpty("instance-id", cfg.InstanceID)
+	if n := len(cfg.InstanceID); n > maxInstanceID {
+		c.fail("--instance-id is %d characters; Kafka's limit on a group.instance.id is %d", n, maxInstanceID)
+	}
+	if n := len(cfg.AdvertiseAddr); n > maxAdvertiseAddr {
+		c.fail("--advertise-addr is %d bytes; the limit is %d", n, maxAdvertiseAddr)
+	}
 	c.nonEmpty("market-topic", cfg.Topics.Market)
 	c.nonEmpty("notifications-topic", cfg.Topics.Notifications)
 	c.nonEmpty("alerts-topic", cfg.Topics.Alerts)
@@ -145,6 +158,8 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
 	c.positiveDuration("corrupt-retention", cfg.CorruptRetention)
+	c.nonNegative("state-min-free-bytes", cfg.MinFreeBytes)
+	c.positiveDuration("state-open-timeout", cfg.StoreOpenTimeout)
 	c.oneOf("start-offset", cfg.StartOffset, join.StartEarliest, join.StartLatest)
 	return c.err()
 }

@@ -2,6 +2,7 @@ package validate
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -139,8 +140,11 @@ func TestDockerfileUsesScriptsBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(build), `CGO_ENABLED=0 go build -trimpath -o "$out" ./cmd/joiner`) {
-		t.Errorf("scripts/build no longer runs CGO_ENABLED=0 go build -trimpath ./cmd/joiner")
+	if !strings.Contains(string(build), `CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out" ./cmd/joiner`) {
+		t.Errorf("scripts/build no longer runs CGO_ENABLED=0 go build -trimpath -ldflags ... ./cmd/joiner")
+	}
+	if !regexp.MustCompile(`(?m)^ARG JOINER_REVISION$`).MatchString(df) {
+		t.Errorf("Dockerfile must take ARG JOINER_REVISION for scripts/build (.git is not in the build context)")
 	}
 	ignore, err := os.ReadFile(filepath.Join(repoRoot, ".dockerignore"))
 	if err != nil {
@@ -150,6 +154,33 @@ func TestDockerfileUsesScriptsBuild(t *testing.T) {
 		switch strings.TrimSpace(line) {
 		case "scripts", "cmd", "go.mod", "go.sum", "*.go":
 			t.Errorf(".dockerignore excludes %s, which scripts/build needs", line)
+		}
+	}
+}
+
+// scripts/build stamps the binary: `joiner version` prints the VERSION
+// file and the commit (JOINER_REVISION here, as the Dockerfile passes it).
+func TestBuildStampsVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds joiner")
+	}
+	want, err := os.ReadFile(filepath.Join(repoRoot, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "joiner")
+	build := exec.Command(filepath.Join(repoRoot, "scripts", "build"), bin)
+	build.Env = append(os.Environ(), "JOINER_REVISION=0123456789abcdef")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("joiner version: %v\n%s", err, out)
+	}
+	for _, w := range []string{"joiner " + strings.TrimSpace(string(want)) + "\n", "commit 0123456789abcdef\n", "go     go1."} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("joiner version printed %q, want %q in it", out, w)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -66,6 +67,7 @@ type manifests struct {
 	statefulSets map[string]*appsv1.StatefulSet
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	jobs         map[string]*batchv1.Job
+	netpols      map[string]*networkingv1.NetworkPolicy
 	files        []string // base names of the manifest files
 }
 
@@ -82,6 +84,8 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &policyv1.PodDisruptionBudget{}, nil
 	case "batch/v1 Job":
 		return &batchv1.Job{}, nil
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	}
 	return nil, fmt.Errorf("unexpected apiVersion %q kind %q (add it to newObject if it is meant to be there)", apiVersion, kind)
 }
@@ -100,6 +104,7 @@ func loadManifests(t *testing.T) *manifests {
 		statefulSets: map[string]*appsv1.StatefulSet{},
 		pdbs:         map[string]*policyv1.PodDisruptionBudget{},
 		jobs:         map[string]*batchv1.Job{},
+		netpols:      map[string]*networkingv1.NetworkPolicy{},
 	}
 	for _, path := range paths {
 		base := filepath.Base(path)
@@ -141,6 +146,8 @@ func loadManifests(t *testing.T) *manifests {
 				m.pdbs[name] = o
 			case *batchv1.Job:
 				m.jobs[name] = o
+			case *networkingv1.NetworkPolicy:
+				m.netpols[name] = o
 			}
 		}
 	}

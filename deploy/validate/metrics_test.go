@@ -44,6 +44,7 @@ var exported = map[string]string{
 	"joiner_group_plan_errors":         "gauge",
 	"joiner_group_unpaired_partitions": "gauge",
 	"joiner_store_corrupt_dirs":        "gauge",
+	"joiner_store_opens_stuck":         "gauge",
 	"joiner_offset_resets_total":       "counter",
 
 	// Rebalances and standbys (issue 9).
@@ -52,6 +53,15 @@ var exported = map[string]string{
 	"joiner_rebalance_tasks_assigned_total": "counter",
 	"joiner_standby_lag_records":            "gauge",
 
+	// node: which binary runs, and the retries to reach Kafka at start
+	// (both exported from the first second, while the worker waits).
+	"joiner_build_info":            "gauge",
+	"joiner_startup_retries_total": "counter",
+
+	// Records the output topics cannot take (issue 19).
+	"joiner_dead_letters_truncated_total": "counter",
+	"joiner_dead_letters_dropped_total":   "counter",
+	"joiner_output_blocked":               "gauge",
 	// The user's own records (issue 23).
 	"joiner_alert_field_conflicts_total": "counter",
 	"joiner_ticks_late_total":            "counter",

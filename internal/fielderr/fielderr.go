@@ -7,11 +7,14 @@
 // optionally dotted: {Topics.Market}). Error prints the bare name; Rename
 // prints what the caller's function returns for it. Only the format is
 // scanned for fields, never the arguments, so braces in a wrapped error or
-// a value are left alone.
+// a value are left alone. Handler does the same for the errors in log
+// records, so a library's log lines name the caller's words too.
 package fielderr
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 )
 
@@ -54,27 +57,51 @@ func (e *Error) Rename(name func(field string) string) string {
 	return fmt.Errorf(e.with(name), e.args...).Error()
 }
 
-// Rename returns err's message with the fields of every *Error in its tree
-// named by name(field).
-func Rename(err error, name func(field string) string) string {
-	msg := err.Error()
-	var walk func(error)
-	walk = func(err error) {
+// Names reports whether an *Error in err's tree names field, so that a
+// wrapping error need not give the same hint again.
+func Names(err error, field string) bool {
+	for _, e := range walk(err) {
+		for _, f := range e.fields {
+			if f == field {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// walk returns the *Error values in err's tree, outermost first.
+func walk(err error) []*Error {
+	var out []*Error
+	var visit func(error)
+	visit = func(err error) {
 		if fe, ok := err.(*Error); ok {
-			msg = strings.Replace(msg, fe.Error(), fe.Rename(name), 1)
+			out = append(out, fe)
 		}
 		switch u := err.(type) {
 		case interface{ Unwrap() error }:
 			if next := u.Unwrap(); next != nil {
-				walk(next)
+				visit(next)
 			}
 		case interface{ Unwrap() []error }:
 			for _, next := range u.Unwrap() {
-				walk(next)
+				visit(next)
 			}
 		}
 	}
-	walk(err)
+	if err != nil {
+		visit(err)
+	}
+	return out
+}
+
+// Rename returns err's message with the fields of every *Error in its tree
+// named by name(field).
+func Rename(err error, name func(field string) string) string {
+	msg := err.Error()
+	for _, fe := range walk(err) {
+		msg = strings.Replace(msg, fe.Error(), fe.Rename(name), 1)
+	}
 	return msg
 }
 
@@ -140,4 +167,59 @@ func isIdent(c byte, first bool) bool {
 		return !first
 	}
 	return false
+}
+
+// Handler returns a slog.Handler that writes every error-valued
+// attribute, also in groups and in WithAttrs, with its fields named by
+// name(field) (Rename) before h sees it: a library logs its errors as they
+// are, and a command line's logger names its flags.
+func Handler(h slog.Handler, name func(field string) string) slog.Handler {
+	return renameHandler{h, name}
+}
+
+// renameHandler rewrites every error-valued attribute with
+// fielderr.Rename before h sees it.
+type renameHandler struct {
+	h    slog.Handler
+	name func(field string) string
+}
+
+func (r renameHandler) Enabled(ctx context.Context, l slog.Level) bool { return r.h.Enabled(ctx, l) }
+
+func (r renameHandler) Handle(ctx context.Context, rec slog.Record) error {
+	out := slog.NewRecord(rec.Time, rec.Level, rec.Message, rec.PC)
+	rec.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(r.attr(a))
+		return true
+	})
+	return r.h.Handle(ctx, out)
+}
+
+func (r renameHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	renamed := make([]slog.Attr, len(as))
+	for i, a := range as {
+		renamed[i] = r.attr(a)
+	}
+	return renameHandler{r.h.WithAttrs(renamed), r.name}
+}
+
+func (r renameHandler) WithGroup(name string) slog.Handler {
+	return renameHandler{r.h.WithGroup(name), r.name}
+}
+
+func (r renameHandler) attr(a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok {
+			return slog.String(a.Key, Rename(err, r.name))
+		}
+	case slog.KindGroup:
+		as := a.Value.Group()
+		renamed := make([]any, len(as))
+		for i, g := range as {
+			renamed[i] = r.attr(g)
+		}
+		return slog.Group(a.Key, renamed...)
+	}
+	return a
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/joiner-dev/joiner/internal/fielderr"
@@ -60,5 +62,35 @@ func TestWrapped(t *testing.T) {
 	nested := fielderr.Errorf("{Brokers}: %w", fielderr.Errorf("raise {StartupTimeout}"))
 	if got, want := fielderr.Rename(fmt.Errorf("x: %w", nested), flag), "x: --brokers: raise --startup-timeout"; got != want {
 		t.Errorf("Rename of nested field errors = %q, want %q", got, want)
+	}
+}
+
+// Names finds a field anywhere in a wrapped tree, and only there.
+func TestNames(t *testing.T) {
+	err := fmt.Errorf("starting: %w", fielderr.Errorf("x: %w (check {Brokers})", io.EOF))
+	if !fielderr.Names(err, "Brokers") {
+		t.Error("Names(Brokers) = false for a wrapped error that names it")
+	}
+	if fielderr.Names(err, "StartupTimeout") || fielderr.Names(io.EOF, "Brokers") || fielderr.Names(nil, "Brokers") {
+		t.Error("Names reports a field no error names")
+	}
+}
+
+// Handler names the fields of the errors a logger is given, in a record's
+// attributes, in WithAttrs and inside groups; other values stay as they are.
+func TestHandler(t *testing.T) {
+	var out strings.Builder
+	log := slog.New(fielderr.Handler(slog.NewTextHandler(&out, nil), flag))
+	err := fmt.Errorf("dial: %w", fielderr.Errorf("refused (check {Brokers})"))
+	log.With("setup", fielderr.Errorf("raise {StartupTimeout}")).Warn("retrying", "err", err, "n", 3,
+		slog.Group("g", "cause", err))
+	got := out.String()
+	for _, want := range []string{`setup="raise --startup-timeout"`, `err="dial: refused (check --brokers)"`, "n=3", `g.cause="dial: refused (check --brokers)"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log line %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "Brokers") || strings.Contains(got, "StartupTimeout") {
+		t.Errorf("log line names a field: %q", got)
 	}
 }
