@@ -169,11 +169,11 @@ func (d *Decoder) Notification(value []byte) (NotificationValue, error) {
 	sym := d.symbol
 	start, end := -1, -1
 	keys := keyBuf[:0]
-	s.ws()
-	switch {
-	case s.i >= len(s.b):
-		return NotificationValue{}, reject(ReasonInvalidJSON, "empty record: want a JSON object")
-	case s.b[s.i] == '{':
+	object, err := s.top()
+	if err != nil {
+		return NotificationValue{}, err
+	}
+	if object {
 		start = s.i
 		var ok bool
 		if keys, end, ok = s.fastTop(&sym, keys); !ok {
@@ -182,21 +182,9 @@ func (d *Decoder) Notification(value []byte) (NotificationValue, error) {
 			sym.str, sym.set = "", false
 			keys, end = s.topObject(&sym, keys[:0])
 		}
-	case s.b[s.i] == 'n':
-		s.literal("null")
-	default:
-		kind := s.skipValue()
-		s.wrongType("", "object", kind)
 	}
-	if s.syntax != "" {
-		return NotificationValue{}, reject(ReasonInvalidJSON, "%s", s.syntax)
-	}
-	if s.typeErr != nil {
-		return NotificationValue{}, s.typeErr
-	}
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] != ']' && s.b[s.i] != '}' {
-		return NotificationValue{}, reject(ReasonInvalidJSON, "trailing data after the JSON object")
+	if err := s.end(); err != nil {
+		return NotificationValue{}, err
 	}
 	if !sym.set {
 		return NotificationValue{}, reject(ReasonMissingField, "notification has no %q member", d.fields.Symbol)

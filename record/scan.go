@@ -91,11 +91,11 @@ type jsonScanner struct {
 // shared, the string fields that needed no unescaping alias value.
 func scanRecord(value []byte, fields []jsonField, shared bool) error {
 	s := jsonScanner{b: value, shared: shared}
-	s.ws()
-	switch {
-	case s.i >= len(s.b):
-		return reject(ReasonInvalidJSON, "empty record: want a JSON object")
-	case s.b[s.i] == '{':
+	object, err := s.top()
+	if err != nil {
+		return err
+	}
+	if object {
 		if start := s.i; !s.fastObject(fields) {
 			// Start again on the general path, from scratch.
 			s.i, s.depth, s.syntax, s.typeErr = start, 0, "", nil
@@ -104,12 +104,34 @@ func scanRecord(value []byte, fields []jsonField, shared bool) error {
 			}
 			s.object(fields)
 		}
+	}
+	return s.end()
+}
+
+// top starts the scan of a record's value, which must be one JSON
+// object: object is true when one starts at s.i, for the caller to scan;
+// a null is taken (no fields set), any other value skipped as a wrong
+// type. The error is the empty record's.
+func (s *jsonScanner) top() (object bool, err error) {
+	s.ws()
+	switch {
+	case s.i >= len(s.b):
+		return false, reject(ReasonInvalidJSON, "empty record: want a JSON object")
+	case s.b[s.i] == '{':
+		return true, nil
 	case s.b[s.i] == 'n':
 		s.literal("null")
 	default:
 		kind := s.skipValue()
 		s.wrongType("", "object", kind)
 	}
+	return false, nil
+}
+
+// end finishes the scan of a record's value after top and the object:
+// nil or a *Error with reason invalid_json (a syntax error first, then
+// data after the value, unless it starts with ']' or '}') or wrong_type.
+func (s *jsonScanner) end() error {
 	if s.syntax != "" {
 		return reject(ReasonInvalidJSON, "%s", s.syntax)
 	}
