@@ -125,6 +125,17 @@ func TestLateTicksCounted(t *testing.T) {
 	if got := counterValue(w.metrics.TicksLate); got != 2 {
 		t.Errorf("joiner_ticks_late_total = %v, want 2", got)
 	}
+	// The latest price (GET /v1/prices without at_ms) is no join: a tick
+	// after it is not late.
+	if _, err := w.PriceAsOf(ctx, "BBCA", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := pt.st.applyRetrying(ctx, []fetchedRecord{recAt(4, 2600, `{"symbol":"BBCA","price":5}`)}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got := counterValue(w.metrics.TicksLate); got != 2 {
+		t.Errorf("joiner_ticks_late_total = %v after a latest-price lookup and a newer tick, want 2", got)
+	}
 	tick, _, err := pt.st.getAsOf("BBCA", 2000)
 	if err != nil || tick.Price != 2 {
 		t.Errorf("the price as of 2000 after the late tick: %+v, %v; want the late tick's 2", tick, err)

@@ -205,7 +205,9 @@ func taskStoppedErr(err error) error {
 
 // getAsOf reads the version of symbol's price as of tsMs from the store.
 func (s *stateTask) getAsOf(symbol string, tsMs int64) (statestore.Tick, statestore.Match, error) {
-	s.noteJoined(tsMs)
+	if tsMs != math.MaxInt64 { // not the latest price (/v1/prices without at_ms): a join
+		s.noteJoined(tsMs)
+	}
 	tick, match, err := s.store.GetAsOf(symbol, tsMs)
 	return tick, match, taskStoppedErr(err)
 }
