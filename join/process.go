@@ -46,10 +46,16 @@ type processTask struct {
 
 // latestPrice is a symbol's newest version in a merged task's store, and
 // the fields its price adds to an alert, encoded once for the alerts that
-// join it (empty until one does).
+// join it (empty until one does); with hasPrev, prev is the version just
+// before it (no version of the symbol lies between the two), so that a
+// notification between them, the common join with a grace, reads no
+// store either.
 type latestPrice struct {
-	tick   statestore.Tick
-	fields []byte // record.AppendPriceFields of tick
+	tick       statestore.Tick
+	fields     []byte // record.AppendPriceFields of tick
+	prev       statestore.Tick
+	prevFields []byte
+	hasPrev    bool
 }
 
 // priceFields returns the alert fields of c's price.
@@ -58,6 +64,20 @@ func (c *latestPrice) priceFields() []byte {
 		c.fields = record.AppendPriceFields(c.fields, c.tick.Price, c.tick.TimestampMs)
 	}
 	return c.fields
+}
+
+// prevFields returns the alert fields of the version before c's.
+func (c *latestPrice) prevPriceFields() []byte {
+	if len(c.prevFields) == 0 {
+		c.prevFields = record.AppendPriceFields(c.prevFields, c.prev.Price, c.prev.TimestampMs)
+	}
+	return c.prevFields
+}
+
+// newer reports whether version a comes after b: a later timestamp, or
+// the same one later in the partition.
+func newer(a, b statestore.Tick) bool {
+	return a.TimestampMs > b.TimestampMs || (a.TimestampMs == b.TimestampMs && a.Offset > b.Offset)
 }
 
 // rememberLatest puts the store's newest version of symbol in t.latest.
@@ -80,10 +100,19 @@ func (t *processTask) applied(ticks []statestore.Tick) {
 	}
 	for _, k := range ticks {
 		c, ok := t.latest[k.Symbol]
-		if ok && (k.TimestampMs > c.tick.TimestampMs || (k.TimestampMs == c.tick.TimestampMs && k.Offset > c.tick.Offset)) {
+		switch {
+		case !ok:
+		case newer(k, c.tick):
 			k.Symbol = c.tick.Symbol // the map's own copy
+			c.prev, c.prevFields, c.hasPrev = c.tick, append(c.prevFields[:0], c.fields...), true
 			c.tick, c.fields = k, c.fields[:0]
+		case c.hasPrev && newer(k, c.prev):
+			// A late tick between the two.
+			k.Symbol = c.tick.Symbol
+			c.prev, c.prevFields = k, c.prevFields[:0]
 		}
+		// Older than prev (or than the newest, before prev is known):
+		// the store answers the notifications it concerns.
 	}
 }
 
@@ -262,6 +291,13 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		if ok && c.tick.TimestampMs <= nTsMs {
 			t.st.noteJoined(nTsMs)
 			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.priceFields(), record.ResultLocal)
+			continue
+		}
+		// Between the newest version and the one before, which pruning
+		// keeps while it is newer than the cut.
+		if ok && c.hasPrev && c.prev.TimestampMs <= nTsMs && t.st.keeps(c.prev.TimestampMs) {
+			t.st.noteJoined(nTsMs)
+			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.prevPriceFields(), record.ResultLocal)
 			continue
 		}
 		a := record.Alert{Notification: record.Notification{Symbol: n.Symbol}, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}

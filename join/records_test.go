@@ -2,7 +2,9 @@ package join
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/joiner-dev/joiner/record"
@@ -167,5 +169,67 @@ func TestEncodedRollbackDropsHeaders(t *testing.T) {
 	if len(msgs) != 3 || len(msgs[0].Headers) != 1 || string(msgs[0].Headers[0].Value) != "kept" || len(msgs[1].Headers) != 0 ||
 		len(msgs[2].Headers) != 1 || string(msgs[2].Headers[0].Value) != "third" {
 		t.Fatalf("messages %+v: want the first and third with their headers, the second with none", msgs)
+	}
+}
+
+// TestNewestPricesKeepTheVersionBefore: a merged task answers a
+// notification between its symbol's newest version and the one before
+// from memory, follows a late tick that falls between them, and leaves
+// older notifications to the store: each alert's price is the store's
+// as-of price.
+func TestNewestPricesKeepTheVersionBefore(t *testing.T) {
+	w, pt, _ := newTestWorker(t)
+	w.cfg.Writer = &fakeWriter{}
+	ctx := context.Background()
+	apply := func(recs ...fetchedRecord) {
+		t.Helper()
+		ticks, err := pt.st.applyTicks(ctx, recs, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt.applied(ticks)
+	}
+	var e encoded
+	join := func(off int64, ms int) string {
+		t.Helper()
+		e.reset()
+		if _, err := pt.joinInto(ctx, &e, []fetchedRecord{recAt(off, ms, `{"symbol":"BBCA"}`)}); err != nil || len(e.spans) != 1 {
+			t.Fatalf("join at %d: %v", ms, err)
+		}
+		sp := e.spans[0]
+		return string(e.buf[sp.v:sp.e])
+	}
+	want := func(ms int) string {
+		t.Helper()
+		tick, _, err := pt.st.getAsOf("BBCA", int64(ms))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf(`"price":%v,"price_ts_ms":%d`, tick.Price, tick.TimestampMs)
+	}
+	apply(recAt(0, 1000, `{"symbol":"BBCA","price":1}`))
+	join(0, 1100) // the symbol's newest price is now in the map
+	apply(recAt(1, 2000, `{"symbol":"BBCA","price":2}`))
+	c := pt.latest["BBCA"]
+	if c == nil || !c.hasPrev || c.prev.Price != 1 || c.tick.Price != 2 {
+		t.Fatalf("newest prices %+v, want 2 and before it 1", c)
+	}
+	for _, step := range []struct {
+		tick fetchedRecord
+		at   int
+		prev float64 // the version before the newest after the tick, 0: none expected
+	}{
+		{recAt(2, 1200, `{"symbol":"BBCA","price":3}`), 1500, 3}, // late, between the two
+		{recAt(3, 1500, `{"symbol":"BBCA","price":4}`), 1500, 4}, // a tie with the notification
+		{recAt(4, 900, `{"symbol":"BBCA","price":5}`), 950, 4},   // older than the one before: the store
+		{recAt(5, 3000, `{"symbol":"BBCA","price":6}`), 2500, 2}, // a new newest
+	} {
+		apply(step.tick)
+		if got := join(1, step.at); !strings.Contains(got, want(step.at)) {
+			t.Errorf("after the tick at %d, the alert at %d is %s, want the store's %s", step.tick.Time.UnixMilli(), step.at, got, want(step.at))
+		}
+		if c.prev.Price != step.prev {
+			t.Errorf("after the tick at %d the version before the newest is %+v, want price %v", step.tick.Time.UnixMilli(), c.prev, step.prev)
+		}
 	}
 }

@@ -270,6 +270,13 @@ func (s *stateTask) pruneCut() (cut int64, ok bool) {
 	return ref - s.w.cfg.HistoryRetention.Milliseconds(), true
 }
 
+// keeps reports whether pruning keeps every version at tsMs: it is newer
+// than the cut (or nothing can be pruned yet).
+func (s *stateTask) keeps(tsMs int64) bool {
+	cut, ok := s.pruneCut()
+	return !ok || tsMs > cut
+}
+
 // prune drops the history the task can no longer be asked for (see
 // statestore.Store.Prune).
 func (s *stateTask) prune(log *slog.Logger) {
