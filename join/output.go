@@ -422,11 +422,12 @@ func (w *Processor) refuse(msgs []kafka.Message, notes []outNote, i, alerts, tas
 			Topic: w.cfg.Topics.DeadLetter,
 			Key:   m.Key,
 			Value: m.Value,
-			Headers: []kafka.Header{
-				{Key: headerReason, Value: []byte(n.reason)},
-				{Key: headerError, Value: []byte(n.err)},
-				{Key: headerSource, Value: []byte(n.source)},
-			},
+			// The alert's headers (its notification's), then the reasons.
+			Headers: append(slices.Clip(m.Headers),
+				kafka.Header{Key: headerReason, Value: []byte(n.reason)},
+				kafka.Header{Key: headerError, Value: []byte(n.err)},
+				kafka.Header{Key: headerSource, Value: []byte(n.source)},
+			),
 		}
 		if produce.RecordBatchBytes(m) <= w.maxMessageBytes(m.Topic) {
 			return true
