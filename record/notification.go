@@ -439,21 +439,11 @@ func (s *jsonScanner) topObject(sym *jsonField, keys []objectKey) (_ []objectKey
 		default:
 			s.skipValue()
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			s.fail("unexpected end of JSON input")
+		switch more, ok := s.memberEnd(); {
+		case !ok:
 			return keys, -1
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			s.depth--
+		case !more:
 			return keys, s.i - 1
-		default:
-			s.fail("want ',' or '}' after an object value")
-			return keys, -1
 		}
 	}
 	return keys, -1

@@ -273,23 +273,32 @@ func (s *jsonScanner) object(fields []jsonField) {
 		default:
 			s.stringField(f)
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			s.fail("unexpected end of JSON input")
-			return
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			s.depth--
-			return
-		default:
-			s.fail("want ',' or '}' after an object value")
+		if more, _ := s.memberEnd(); !more {
 			return
 		}
 	}
+}
+
+// memberEnd takes what follows a member's value in an object: ',' (more
+// members follow) or the closing '}' (ok, and the object is left);
+// anything else is a syntax error.
+func (s *jsonScanner) memberEnd() (more, ok bool) {
+	s.ws()
+	if s.i >= len(s.b) {
+		s.fail("unexpected end of JSON input")
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return true, true
+	case '}':
+		s.i++
+		s.depth--
+		return false, true
+	}
+	s.fail("want ',' or '}' after an object value")
+	return false, false
 }
 
 // exactKey matches the common key, the name of one of fields in its exact
