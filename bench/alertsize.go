@@ -25,26 +25,36 @@ type alertSize struct {
 }
 
 // backlogAlertSize computes alertSize for the backlog `joiner loadgen`
-// produces with these counts and backlogRunID: every notification of it
-// (loadgen.NotificationOf), and the alert one worker (workerID(0)) writes
-// for it with record.AppendAlert: result "local" with its symbol's last
-// price (loadgen.LastPrices; a miss, no price, when there are no ticks),
-// and tsMs as both notification_ts_ms and price_ts_ms (13 digits for any
-// time between 2001 and 2286).
-func backlogAlertSize(symbols, ticksPerSymbol, notificationsPerSymbol int, tsMs int64) alertSize {
+// produces with these counts, backlogRunID and --notification-bytes
+// notificationBytes: every notification of it (loadgen.NotificationValue),
+// and the alert one worker (workerID(0)) writes for it, spliced from the
+// notification's bytes as joiner does (record.AlertEncoder): result
+// "local" with its symbol's last price (loadgen.LastPrices; a miss, no
+// price, when there are no ticks), and tsMs as both notification_ts_ms and
+// price_ts_ms (13 digits for any time between 2001 and 2286).
+func backlogAlertSize(symbols, ticksPerSymbol, notificationsPerSymbol, notificationBytes int, tsMs int64) alertSize {
 	syms := loadgen.Symbols(symbols)
 	prices := loadgen.LastPrices(symbols, ticksPerSymbol, 0)
+	cfg := loadgen.Config{NotificationBytes: notificationBytes}
+	enc := record.NewAlertEncoder(workerID(0))
+	dec := record.NewDecoder(record.Fields{}, 1<<20)
 	var nBytes, aBytes, count int64
-	var buf []byte
+	var buf, fields []byte
 	for k := range notificationsPerSymbol {
 		for i := range syms {
-			a := record.Alert{Notification: loadgen.NotificationOf(backlogRunID, syms, i, k), NotificationTsMs: tsMs, Result: record.ResultMiss, Worker: workerID(0)}
-			if prices != nil {
-				a.Price, a.PriceTsMs, a.Result = &prices[i], tsMs, record.ResultLocal
+			n := loadgen.NotificationOf(backlogRunID, syms, i, k)
+			v := loadgen.NotificationValue(cfg, &n, int(count))
+			nv, err := dec.Notification(v)
+			if err != nil {
+				panic(fmt.Sprintf("bench: loadgen wrote a notification joiner refuses: %s: %v", v, err))
 			}
-			buf = record.AppendNotification(buf[:0], &a.Notification)
-			nBytes += int64(len(buf))
-			buf = record.AppendAlert(buf[:0], &a)
+			result := record.ResultMiss
+			fields = fields[:0]
+			if prices != nil {
+				fields, result = record.AppendPriceFields(fields, prices[i], tsMs), record.ResultLocal
+			}
+			buf = enc.AppendPriced(buf[:0], &nv, tsMs, fields, result)
+			nBytes += int64(len(v))
 			aBytes += int64(len(buf))
 			count++
 		}

@@ -22,13 +22,13 @@ func TestBacklogAlertSize(t *testing.T) {
 	note := `{"id":"nbench-BBCA-0","user":"u0","symbol":"BBCA","text":"BBCA moved"}`
 	price := strconv.FormatFloat(loadgen.LastPrices(1, 1, 0)[0], 'f', -1, 64)
 	alert := strings.TrimSuffix(note, "}") + `,"notification_ts_ms":1764500000000,"price":` + price + `,"price_ts_ms":1764500000000,"result":"local","worker":"w1"}`
-	if got := backlogAlertSize(1, 1, 1, ts); got.Notification != float64(len(note)) || got.Alert != float64(len(alert)) || got.Pad != len(alert)-len(note) {
+	if got := backlogAlertSize(1, 1, 1, 0, ts); got.Notification != float64(len(note)) || got.Alert != float64(len(alert)) || got.Pad != len(alert)-len(note) {
 		t.Errorf("1 symbol: %+v; want notification %d bytes, alert %d (%s), pad %d", got, len(note), len(alert), alert, len(alert)-len(note))
 	}
 
 	fixed := len(`,"notification_ts_ms":`) + 13 + len(`,"price":`) + len(`,"price_ts_ms":`) + 13 + len(`,"result":"local"`) + len(`,"worker":"w1"`)
 	for _, tt := range []struct{ symbols, ticks, notes int }{{3, 1, 2}, {50, 10, 7}, {1000, 10, 3}, {20, 0, 5}} {
-		got := backlogAlertSize(tt.symbols, tt.ticks, tt.notes, ts)
+		got := backlogAlertSize(tt.symbols, tt.ticks, tt.notes, 0, ts)
 		// The notifications' mean: each one's JSON, as loadgen makes it.
 		syms := loadgen.Symbols(tt.symbols)
 		var nSum, delta float64
@@ -53,7 +53,7 @@ func TestBacklogAlertSize(t *testing.T) {
 			t.Errorf("%+v: pad %d; want about %d", tt, got.Pad, fixed+7)
 		}
 	}
-	if got := backlogAlertSize(10, 1, 0, time.Now().UnixMilli()); got != (alertSize{}) {
+	if got := backlogAlertSize(10, 1, 0, 0, time.Now().UnixMilli()); got != (alertSize{}) {
 		t.Errorf("no notifications: %+v; want zeros", got)
 	}
 }
@@ -98,5 +98,15 @@ func TestAlertSizeRatiosAndSummary(t *testing.T) {
 	res.drain = slices.DeleteFunc(res.drain, func(d drainRound) bool { return d.Contestant == "passthrough-alertsize" })
 	if sum := res.summary(); strings.Contains(sum, "alert") {
 		t.Errorf("summary without passthrough-alertsize mentions it:\n%s", sum)
+	}
+}
+
+// TestBacklogAlertSizePadded: with --notification-bytes the notifications
+// are that large and an alert adds the same join members as before.
+func TestBacklogAlertSizePadded(t *testing.T) {
+	plain := backlogAlertSize(50, 10, 7, 0, 1764500000000)
+	padded := backlogAlertSize(50, 10, 7, 400, 1764500000000)
+	if padded.Notification != 400 || math.Abs((padded.Alert-padded.Notification)-(plain.Alert-plain.Notification)) > 1e-9 {
+		t.Errorf("padded %+v, plain %+v: want 400-byte notifications and the same join members", padded, plain)
 	}
 }

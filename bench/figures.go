@@ -63,14 +63,17 @@ func (b *bench) drain(ctx context.Context, contestants []string) error {
 	say("drain: producing the backlog with joiner loadgen: %d symbols × %d ticks and × %d notifications", c.symbols, c.ticks, c.notifications)
 	out, err := exec.CommandContext(ctx, c.joiner, "loadgen", "--brokers", c.brokers, "--market-topic", market, "--notifications-topic", notifications,
 		"--symbols", strconv.Itoa(c.symbols), "--ticks-per-symbol", strconv.Itoa(c.ticks), "--notifications-per-symbol", strconv.Itoa(c.notifications),
-		"--run-id", backlogRunID).CombinedOutput()
+		"--run-id", backlogRunID, "--notification-bytes", strconv.Itoa(c.notificationBytes)).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("joiner loadgen: %w: %s", err, out)
 	}
 	n := int64(c.symbols * c.notifications)
 	b.res.backlog = fmt.Sprintf("%d symbols × %d ticks (%d ticks) and %d notifications, %d partitions", c.symbols, c.ticks, c.symbols*c.ticks, n, c.partitions)
+	if c.notificationBytes > 0 {
+		b.res.backlog += fmt.Sprintf(", notifications padded to %d bytes", c.notificationBytes)
+	}
 	if slices.Contains(contestants, "passthrough-alertsize") {
-		s := backlogAlertSize(c.symbols, c.ticks, c.notifications, time.Now().UnixMilli())
+		s := backlogAlertSize(c.symbols, c.ticks, c.notifications, c.notificationBytes, time.Now().UnixMilli())
 		b.res.alertSize = &s
 		say("drain: passthrough-alertsize pads every value with %d bytes: mean alert %.1f bytes, mean notification %.1f bytes", s.Pad, s.Alert, s.Notification)
 	}

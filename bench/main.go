@@ -34,6 +34,7 @@ type config struct {
 	partitions int
 
 	symbols, ticks, notifications int // drain backlog, per symbol
+	notificationBytes             int // drain backlog: loadgen --notification-bytes
 
 	latencySeconds  float64
 	latencyWarmup   float64
@@ -79,6 +80,7 @@ func main() {
 	flag.IntVar(&cfg.symbols, "symbols", 1000, "drain backlog: symbols")
 	flag.IntVar(&cfg.ticks, "ticks-per-symbol", 10, "drain backlog: ticks per symbol")
 	flag.IntVar(&cfg.notifications, "notifications-per-symbol", 300, "drain backlog: notifications per symbol")
+	flag.IntVar(&cfg.notificationBytes, "notification-bytes", 0, "drain backlog: pad each notification to at least this many bytes (joiner loadgen --notification-bytes; 0: none)")
 	flag.Float64Var(&cfg.latencySeconds, "latency-seconds", 12, "latency: seconds of steady load per round")
 	flag.Float64Var(&cfg.latencyWarmup, "latency-warmup", 2, "latency: seconds at the start of a round left out of the percentiles")
 	flag.Float64Var(&cfg.latencyRate, "latency-rate", 20000, "latency: notifications per second")

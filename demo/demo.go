@@ -17,6 +17,7 @@ import (
 	"github.com/joiner-dev/joiner/internal/fielderr"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -39,6 +40,13 @@ type Config struct {
 	NotificationsPerSymbol int
 	// Assignor is one of group.AssignorNames.
 	Assignor string
+	// Fields names the symbol and price members the load generator
+	// writes and the workers read; ExtraFields and Headers are
+	// loadgen.Config's; Grace is the workers' (join.Config.Grace).
+	Fields      record.Fields
+	ExtraFields bool
+	Headers     bool
+	Grace       time.Duration
 	// Timeout bounds the whole run.
 	Timeout time.Duration
 	// Progress receives progress lines. Default: io.Discard.
@@ -122,6 +130,8 @@ func (c Config) Validate() error {
 		return fielderr.Errorf("{TicksPerSymbol} and {NotificationsPerSymbol} must not be negative")
 	case c.Timeout <= 0:
 		return fielderr.Errorf("{Timeout} must be positive, got %s", c.Timeout)
+	case c.Grace < 0:
+		return fielderr.Errorf("{Grace} must not be negative, got %s", c.Grace)
 	}
 	if !slices.Contains(group.AssignorNames(), c.Assignor) {
 		return fielderr.Errorf("{Assignor} must be %s, got %q", group.AssignorList(), c.Assignor)
@@ -180,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%d", i+1)
 	}
-	f, err := startFleet(fleetCtx, b, dir, node.Config{Assignor: cfg.Assignor, Logger: cfg.Logger}, names)
+	f, err := startFleet(fleetCtx, b, dir, node.Config{Assignor: cfg.Assignor, Fields: cfg.Fields, Grace: cfg.Grace, Logger: cfg.Logger}, names)
 	if err != nil {
 		return Report{}, err
 	}
@@ -219,6 +229,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		NotificationsPerSymbol: cfg.NotificationsPerSymbol,
 		Progress:               cfg.Progress,
 		DropIDs:                true,
+		Fields:                 cfg.Fields,
+		ExtraFields:            cfg.ExtraFields,
+		Headers:                cfg.Headers,
 	})
 	if err != nil {
 		stopCollect()

@@ -10,6 +10,7 @@ import (
 	"github.com/joiner-dev/joiner/internal/oracle"
 	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/record"
 )
 
 // TestOracle produces ticks and notifications interleaved in time and checks
@@ -131,7 +132,7 @@ func TestOracle(t *testing.T) {
 			if n == 0 || rep.Results["miss"] == 0 || rep.Results["miss"] == n {
 				t.Errorf("the workload must mix priced and unpriced notifications: %v", rep)
 			}
-			if rep.Lost != 0 || rep.Wrong != 0 || rep.DuplicatesDiffering != 0 {
+			if rep.Lost != 0 || rep.Wrong != 0 || rep.Mismatched != 0 || rep.DuplicatesDiffering != 0 {
 				t.Errorf("oracle: %v; examples: %q", rep, rep.Examples)
 			}
 			if sc.maxDuplicates > 0 && rep.Duplicates > sc.maxDuplicates {
@@ -177,4 +178,101 @@ func takenOver(f *testkit.Fleet, gone string) bool {
 		}
 	}
 	return len(gens) == 1 && len(tasks) == f.Broker.Partitions
+}
+
+// TestOracleUserRecords: the user's own records on the embedded broker.
+// Notifications of every shape (members of their own, nested values, long
+// integers, escapes, members named like the join's, no id), a renamed
+// symbol and price member, headers on every notification, and ticks
+// written up to 400 ms out of timestamp order. Every alert is checked
+// member by member, header by header and price by price. With --grace
+// 500ms no price is wrong (merged tasks and, with roundrobin, remote
+// lookups); without a grace the late ticks are counted.
+func TestOracleUserRecords(t *testing.T) {
+	for _, sc := range []struct {
+		name     string
+		assignor string
+		grace    time.Duration
+	}{
+		{name: "grace", grace: 500 * time.Millisecond},
+		{name: "grace-roundrobin", assignor: "roundrobin", grace: 500 * time.Millisecond},
+		{name: "no-grace"},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := demo.StartBroker(6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fields := record.Fields{Symbol: "ticker", Price: "last"}
+			f := testkit.NewFleet(b, t.TempDir(), node.Config{
+				Assignor:          sc.assignor,
+				Fields:            fields,
+				Grace:             sc.grace,
+				SessionTimeout:    1500 * time.Millisecond,
+				HeartbeatInterval: 250 * time.Millisecond,
+				CommitInterval:    100 * time.Millisecond,
+				Logger:            testLogger(t),
+			})
+			t.Cleanup(func() {
+				if err := f.StopAll(); err != nil {
+					t.Errorf("stopping workers: %v", err)
+				}
+				b.Close()
+			})
+			workers := []string{"w1", "w2", "w3"}
+			if sc.assignor == "roundrobin" {
+				workers = append(workers, "w4")
+			}
+			for _, w := range workers {
+				if _, err := f.Start(context.Background(), w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.WaitStable(context.Background(), 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			topics := oracle.Topics{Market: b.Topics.Market, Notifications: b.Topics.Notifications, Alerts: b.Topics.Alerts}
+			cfg := oracle.Config{Rounds: 60, RoundInterval: 50 * time.Millisecond, Fields: fields, Shapes: true, Headers: true, OutOfOrder: 400 * time.Millisecond}
+			p := oracle.NewProducer(b.Addrs, nil, topics, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := p.Run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wl := p.Workload()
+			rep, err := wl.WaitComplete(ctx, oracle.NewAlertReader(b.Client, b.Topics.Alerts, b.Partitions), wl.Produced(), 60*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			late := f.Totals().TicksLate
+			_, ticks, _ := wl.Counts()
+			t.Logf("oracle %s: %v (ticks=%d, late ticks counted=%d, longest a tick was written after its time %s)", sc.name, rep, ticks, late, wl.MaxTickDelay())
+			if rep.Lost != 0 || rep.Mismatched != 0 || rep.Duplicates != 0 || rep.Alerts != rep.Notifications {
+				t.Errorf("oracle: %v; examples: %q", rep, rep.Examples)
+			}
+			// The grace's guarantee holds for a notification whose ticks
+			// were all written in time: before any tick more than the
+			// grace newer (the oracle writes them so) and within the grace
+			// of its time by the clock (unless the producer fell behind).
+			behind := 0
+			for _, id := range rep.WrongIDs {
+				if wl.AckedAfter(id, sc.grace) {
+					behind++
+				}
+			}
+			if sc.grace > 0 && rep.Wrong != behind {
+				t.Errorf("with a grace above the ticks' disorder: %d wrong prices, %d of them with a tick written more than the grace late; examples: %q", rep.Wrong, behind, rep.Examples)
+			}
+			if sc.grace > 0 && behind > 0 {
+				t.Logf("%d wrong alerts had a tick the producer wrote more than the grace after the notification's time (a loaded machine)", behind)
+			}
+			if sc.grace == 0 && late == 0 {
+				t.Errorf("without a grace, no late tick was counted (%d wrong prices)", rep.Wrong)
+			}
+			if sc.assignor == "roundrobin" && rep.Results["local"] != 0 {
+				t.Errorf("roundrobin: %d local joins, want every priced join remote", rep.Results["local"])
+			}
+		})
+	}
 }

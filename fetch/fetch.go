@@ -34,6 +34,9 @@ type Record struct {
 	Time   time.Time
 	Key    []byte
 	Value  []byte
+	// Headers are the record's headers in order (kafka-go decodes them
+	// into memory of their own, which nothing writes again); nil without.
+	Headers []kafka.Header
 }
 
 // FirstMaxBytes is the most the first fetch of a reader returns; each
@@ -132,7 +135,7 @@ func Records(rs kafka.RecordReader, from int64, out []Record) ([]Record, error) 
 		if err != nil {
 			return out, fmt.Errorf("read the key of the record at offset %d: %w", rec.Offset, err)
 		}
-		out = append(out, Record{Offset: rec.Offset, Time: rec.Time, Key: k, Value: v})
+		out = append(out, Record{Offset: rec.Offset, Time: rec.Time, Key: k, Value: v, Headers: rec.Headers})
 		from = rec.Offset + 1
 	}
 }

@@ -34,6 +34,7 @@ func chunkFixture(tb testing.TB, symbols, n int) (*processTask, []fetchedRecord)
 	start := 0
 	for i := range recs {
 		recs[i] = recAt(int64(i), 2000+i, "")
+		recs[i].Key = []byte(fmt.Sprintf("SYM%04d", i%symbols))
 		recs[i].Value = slab[start:ends[i]:ends[i]]
 		start = ends[i]
 	}

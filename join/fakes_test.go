@@ -64,7 +64,7 @@ func (f *fakeFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafk
 		log := f.logs[req.Topic][req.Partition]
 		var out []kafka.Record
 		for _, r := range log[min(max(req.Offset, 0), int64(len(log))):] {
-			out = append(out, kafka.Record{Offset: r.Offset, Time: r.Time, Key: kafka.NewBytes(r.Key), Value: kafka.NewBytes(r.Value)})
+			out = append(out, kafka.Record{Offset: r.Offset, Time: r.Time, Key: kafka.NewBytes(r.Key), Value: kafka.NewBytes(r.Value), Headers: r.Headers})
 		}
 		hwm := int64(len(log))
 		f.mu.Unlock()

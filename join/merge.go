@@ -95,7 +95,7 @@ const (
 func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, st *stateTask, nr *partitionReader, head <-chan headFetch, log *slog.Logger) {
 	w := t.w
 	mCh := w.prefetch(fctx, wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
-	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1}
+	m := newMerger(t, st)
 	m.free = make(chan *encoded, outboxDepth+2)
 	m.out = t.startOutbox(fctx, wg, m.free)
 	// The first fetch comes before any later one (nr is headStart's until
@@ -154,12 +154,14 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 		// Wait for more input, or decide that the side we wait for is at
 		// its end.
 		idle := time.Duration(-1)
+		graceWake := false // the timeout is the head's grace, not MaxTaskIdle
 		if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
 			if m.otherSideFetchedToEnd() {
 				m.force = true
 				continue
 			}
-			if !m.checked {
+			due := m.graceDue() // notifications younger than the grace: no end check yet
+			if !m.checked && due.IsZero() {
 				// Ask for the other side's end without holding up the
 				// merge: its answer is taken below if the wait is still
 				// the same.
@@ -170,7 +172,13 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 				m.waitStart = time.Now()
 			}
 			idle = w.cfg.MaxTaskIdle - time.Since(m.waitStart)
-			if idle <= 0 {
+			if !due.IsZero() {
+				// Wake up when the head is due, to check the end then;
+				// the wait for the market to pass it goes on.
+				if d := time.Until(due); d < idle {
+					idle, graceWake = d, true
+				}
+			} else if idle <= 0 {
 				m.idleExpired(ctx, mCh, nCh, log)
 				continue
 			}
@@ -200,7 +208,9 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 		case e := <-ends:
 			m.takeEndCheck(e)
 		case <-timeout:
-			m.idleExpired(ctx, mCh, nCh, log)
+			if !graceWake {
+				m.idleExpired(ctx, mCh, nCh, log)
+			}
 		case <-ctx.Done():
 		}
 		if timer != nil {
@@ -313,6 +323,13 @@ type merger struct {
 	// nHwm is the greatest high watermark of the notifications fetches
 	// taken.
 	nHwm int64
+	// With a grace (Config.Grace, in ms), a notification confirmed by the
+	// market's end goes ahead only if its timestamp is at or before
+	// clearedBefore, for nCleared, or forceBefore, for force: the time of
+	// the check that confirmed the end minus the grace. Without a grace
+	// both are unbounded.
+	grace                      int64
+	clearedBefore, forceBefore int64
 	// For the ticks: when the newest buffered batch was received, and
 	// when the latest notifications fetch that reached its high watermark
 	// was sent. Notifications at their end by a fetch sent after the
@@ -325,6 +342,40 @@ type merger struct {
 	chunks int
 	// free holds the encoded batches the outbox has written, for reuse.
 	free chan *encoded
+}
+
+// newMerger is the merger of process task t over its state st.
+func newMerger(t *processTask, st *stateTask) merger {
+	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1}
+	m.grace = max(t.w.cfg.Grace.Milliseconds(), 0)
+	return m
+}
+
+// confirmedBefore is the newest notification time a market end
+// confirmed by a check sent at sent lets go ahead: sent minus the grace.
+func (m *merger) confirmedBefore(sent time.Time) int64 {
+	return sent.UnixMilli() - m.grace
+}
+
+// confirmed reports whether a notification at tsMs may go ahead on a
+// market end confirmed for the notifications up to before
+// (clearedBefore, forceBefore): always without a grace.
+func (m *merger) confirmed(tsMs, before int64) bool {
+	return m.grace == 0 || tsMs <= before
+}
+
+// graceDue is when, by the clock, the notification at the head of nbuf
+// may be confirmed by the market's end (zero without a grace or when it
+// is due already).
+func (m *merger) graceDue() time.Time {
+	if m.grace == 0 || len(m.nbuf) == 0 {
+		return time.Time{}
+	}
+	due := time.UnixMilli(m.nbuf[0].Time.UnixMilli() + m.grace)
+	if !time.Now().Before(due) {
+		return time.Time{}
+	}
+	return due
 }
 
 // newEncoded returns an empty encoded batch: one the outbox has written,
@@ -374,6 +425,7 @@ func (m *merger) takeEndCheck(e endCheck) {
 	if e.market {
 		if e.atEnd(m) {
 			m.nCleared = max(m.nCleared, e.coverN)
+			m.clearedBefore = max(m.clearedBefore, m.confirmedBefore(e.sent))
 			m.checked = false
 		}
 		return
@@ -569,8 +621,10 @@ func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *
 	case len(m.mbuf) > 0 && len(m.nbuf) == 0:
 		m.force = true
 	case len(m.nbuf) > 0 && len(m.mbuf) == 0:
+		sent := time.Now()
 		if m.otherSideAtEnd(ctx) {
 			m.force = true
+			m.forceBefore = m.confirmedBefore(sent)
 			return
 		}
 		m.t.counters.waitTsMs.Store(m.nbuf[0].Time.UnixMilli())
@@ -681,23 +735,28 @@ func (m *merger) pass(ctx context.Context) error {
 		var err error
 		switch {
 		case len(m.mbuf) > 0 && len(m.nbuf) > 0:
-			head := m.nbuf[0].Time.UnixMilli()
+			// With a grace, a notification waits for the ticks up to
+			// its time plus the grace.
+			head := m.nbuf[0].Time.UnixMilli() + m.grace
 			if k := prefix(m.mbuf, func(ts int64) bool { return ts <= head }); k > 0 {
 				err = apply(m.mbuf[:k])
 			} else {
-				tick := m.mbuf[0].Time.UnixMilli()
+				tick := m.mbuf[0].Time.UnixMilli() - m.grace
 				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < tick })])
 			}
-		case len(m.nbuf) > 0 && m.nbuf[0].Time.UnixMilli() < m.mAheadTs:
-			// The market was read past these while a lookup waited.
-			err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < m.mAheadTs })])
-		case len(m.nbuf) > 0 && m.force:
-			err = join(m.nbuf[:min(len(m.nbuf), m.chunkLimit())])
-		case len(m.nbuf) > 0 && m.nbuf[0].Offset < m.nCleared:
-			// The market was at its end after these were appended.
+		case len(m.nbuf) > 0 && m.nbuf[0].Time.UnixMilli() < m.mAheadTs-m.grace:
+			// The market was read past these (and the grace) while a
+			// lookup waited.
+			ahead := m.mAheadTs - m.grace
+			err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < ahead })])
+		case len(m.nbuf) > 0 && m.force && m.confirmed(m.nbuf[0].Time.UnixMilli(), m.forceBefore):
+			err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return m.confirmed(ts, m.forceBefore) })])
+		case len(m.nbuf) > 0 && m.nbuf[0].Offset < m.nCleared && m.confirmed(m.nbuf[0].Time.UnixMilli(), m.clearedBefore):
+			// The market was at its end after these were appended (and,
+			// with a grace, at least the grace after their time).
 			cleared := m.nbuf[:min(len(m.nbuf), m.chunkLimit())]
 			for i, r := range cleared {
-				if r.Offset >= m.nCleared {
+				if r.Offset >= m.nCleared || !m.confirmed(r.Time.UnixMilli(), m.clearedBefore) {
 					cleared = cleared[:i]
 					break
 				}

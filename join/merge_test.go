@@ -35,13 +35,12 @@ func newTestWorker(t testing.TB) (*Processor, *processTask, *kafka.Client) {
 	return w, newProcessTask(w, 0, st), client
 }
 
-// recAt is a record at offset with timestamp ms, keyed as joiner's inputs
-// are: by the symbol of value (none when value has none).
+// recAt is the record at offset of value at ms, keyed by value's symbol
+// as a producer keys it (none when it has no valid one).
 func recAt(offset int64, ms int, value string) fetchedRecord {
-	var v struct{ Symbol *string }
 	var key []byte
-	if json.Unmarshal([]byte(value), &v) == nil && v.Symbol != nil {
-		key = []byte(*v.Symbol)
+	if n, err := record.NewDecoder(record.Fields{}, 0).Notification([]byte(value)); err == nil {
+		key = []byte(n.Symbol)
 	}
 	return fetchedRecord{Offset: offset, Time: time.UnixMilli(int64(ms)), Key: key, Value: []byte(value)}
 }
@@ -252,5 +251,73 @@ func TestMergeNeverForcesNotificationsPastTheMarket(t *testing.T) {
 	m.idleExpired(context.Background(), make(chan fetched), make(chan fetched), w.log)
 	if !m.force {
 		t.Fatal("not forced once the market is at its end")
+	}
+}
+
+// With a grace, a notification at T waits for the ticks up to T + grace:
+// a tick older than T written after one newer than T (but within the
+// grace) is still its as-of price, and is not late. A market end
+// confirmed less than the grace after a notification's time does not let
+// it go ahead; one confirmed later does.
+func TestMergePassWaitsForTheGrace(t *testing.T) {
+	w, pt, client := newTestWorker(t)
+	w.cfg.Grace = 500 * time.Millisecond
+	tick := func(off int64, ms int, price float64) fetchedRecord {
+		return recAt(off, ms, fmt.Sprintf(`{"symbol":"BBCA","price":%v}`, price))
+	}
+	m := newMerger(pt, pt.st)
+	m.mNext, m.nNext = 1, 1
+	m.mbuf = []fetchedRecord{tick(0, 900, 1), tick(1, 1400, 2)}
+	m.nbuf = []fetchedRecord{recAt(0, 1000, `{"id":"at-1000","symbol":"BBCA"}`)}
+	ctx := context.Background()
+	if err := m.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.mbuf) != 0 || len(m.nbuf) != 1 {
+		t.Fatalf("after the first pass: %d ticks, %d notifications buffered; want 0 and 1 (1400 is within the grace of 1000)", len(m.mbuf), len(m.nbuf))
+	}
+	// The market confirmed at its end now: the notification's time plus
+	// the grace is long past by the clock, but a check "sent" 100 ms after
+	// its time is not enough.
+	m.mNext = 2
+	m.takeEndCheck(endCheck{market: true, coverN: 1, end: 2, sent: time.UnixMilli(1100)})
+	if m.nCleared != 1 {
+		t.Fatalf("the end check cleared offsets below %d, want 1", m.nCleared)
+	}
+	if err := m.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.nbuf) != 1 {
+		t.Fatalf("joined on an end confirmed within the grace of the notification")
+	}
+	// The late tick (950, written after 1400) and one past the grace.
+	m.mbuf = []fetchedRecord{tick(2, 950, 3), tick(3, 1600, 4)}
+	if err := m.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.nbuf) != 0 {
+		t.Fatalf("the notification still waits after a tick past its grace")
+	}
+	a := readAlerts(t, client, 1)["at-1000"]
+	if a.Price == nil || *a.Price != 3 {
+		t.Errorf("joined %+v, want the tick at 950 written within the grace (price 3)", a)
+	}
+	if n := counterValue(w.metrics.TicksLate); n != 0 {
+		t.Errorf("%v late ticks, want 0 within the grace", n)
+	}
+	// A notification at 2000 confirmed by an end check sent at 2600 goes
+	// ahead without a tick past its grace.
+	m.nbuf = []fetchedRecord{recAt(1, 2000, `{"id":"at-2000","symbol":"BBCA"}`)}
+	m.nNext, m.mNext = 2, 4
+	m.takeEndCheck(endCheck{market: true, coverN: 2, end: 4, sent: time.UnixMilli(2400)})
+	if err := m.pass(ctx); err != nil || len(m.nbuf) != 1 {
+		t.Fatalf("joined on an end confirmed 400 ms after the notification (grace 500 ms): %v", err)
+	}
+	m.takeEndCheck(endCheck{market: true, coverN: 2, end: 4, sent: time.UnixMilli(2600)})
+	if err := m.pass(ctx); err != nil || len(m.nbuf) != 0 {
+		t.Fatalf("not joined on an end confirmed past the grace: %d left, %v", len(m.nbuf), err)
+	}
+	if a := readAlerts(t, client, 2)["at-2000"]; a.Price == nil || *a.Price != 4 {
+		t.Errorf("joined %+v, want price 4", a)
 	}
 }

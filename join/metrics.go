@@ -36,6 +36,9 @@ type Metrics struct {
 	Misrouted        prometheus.Counter     // joiner_notifications_misrouted_total
 	TaskStalled      *prometheus.GaugeVec   // joiner_task_stalled{task}
 	PartitionChanges prometheus.Counter     // joiner_partition_changes_total
+	// FieldConflicts: joiner_alert_field_conflicts_total{member}.
+	FieldConflicts *prometheus.CounterVec
+	TicksLate      prometheus.Counter // joiner_ticks_late_total
 
 	// Dead letters the dead-letter topic could not take whole:
 	// joiner_dead_letters_truncated_total{reason} and
@@ -180,6 +183,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "joiner_task_stalled",
 			Help: "1 while a task has unprocessed notifications (joiner_task_lag_records > 0) and has acknowledged none for Config.StallTimeout (--stall-timeout); /readyz fails meanwhile. 0 otherwise.",
 		}, []string{"task"}),
+		FieldConflicts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "joiner_alert_field_conflicts_total",
+			Help: "Members of notifications named like one of the members the join adds (member: its name), kept in their alerts under a renamed key (notification_ prefixed); counted when the alert is acknowledged.",
+		}, []string{"member"}),
+		TicksLate: f.NewCounter(prometheus.CounterOpts{
+			Name: "joiner_ticks_late_total",
+			Help: "Ticks applied to a task's store after a notification at or after their timestamp was already joined on the task (later than --grace): stored for later lookups; alerts already written are not corrected.",
+		}),
 	}
 	// Pre-create the label values users alert on, so absent series do not
 	// hide a problem.
@@ -191,6 +202,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range []string{"active", "restoring", roleStandby, roleWarmup} {
 		m.Tasks.WithLabelValues(r)
+	}
+	for _, name := range record.AlertMembers {
+		m.FieldConflicts.WithLabelValues(name)
 	}
 	for _, r := range record.Reasons {
 		m.DeadLetters.WithLabelValues(r)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"sync"
@@ -25,6 +26,12 @@ type encoded struct {
 	buf     []byte
 	spans   []alertSpan
 	results [len(record.Results)]int // per record.Result.Index
+	// conflicts counts the notifications' members renamed in their alerts,
+	// per record.AlertMembers index.
+	conflicts [len(record.AlertMembers)]int
+	// headers are the headers of the alerts that have some, in order of
+	// their spans (most records have none: a span stays three ints).
+	headers []spanHeaders
 	// src is the offset of the notification whose alert is added next
 	// (alertSpan.off), set by the caller.
 	src int64
@@ -35,6 +42,13 @@ type encoded struct {
 type alertSpan struct {
 	k, v, e int
 	off     int64
+}
+
+// spanHeaders are the headers of the alert of encoded.spans[i], its
+// notification's.
+type spanHeaders struct {
+	i int
+	h []kafka.Header
 }
 
 // add encodes a with enc.
@@ -61,13 +75,33 @@ func (e *encoded) endAlert(k, v int, result record.Result) {
 	}
 }
 
-// addPriced appends the alert of n, notified at nTsMs, joined with the
-// price whose alert fields are priceFields, with result (see
-// record.AlertEncoder.AppendPriced).
-func (e *encoded) addPriced(enc *record.AlertEncoder, n *record.Notification, nTsMs int64, priceFields []byte, result record.Result) {
+// addPriced appends the alert of n, notified at nTsMs with headers,
+// joined with the price whose alert fields are priceFields, with result
+// (see record.AlertEncoder.AppendPriced).
+func (e *encoded) addPriced(enc *record.AlertEncoder, n *record.NotificationValue, headers []kafka.Header, nTsMs int64, priceFields []byte, result record.Result) {
 	k, v := e.key(n.Symbol)
 	e.buf = enc.AppendPriced(e.buf, n, nTsMs, priceFields, result)
+	e.endNotified(k, v, n, headers, result)
+}
+
+// addJoined appends the alert of n, with headers, joined as a says
+// (record.AlertEncoder.AppendJoined).
+func (e *encoded) addJoined(enc *record.AlertEncoder, n *record.NotificationValue, headers []kafka.Header, a *record.Alert) {
+	k, v := e.key(n.Symbol)
+	e.buf = enc.AppendJoined(e.buf, n, a)
+	e.endNotified(k, v, n, headers, a.Result)
+}
+
+// endNotified is endAlert for the alert of n: it carries n's headers, and
+// n's members renamed in it are counted.
+func (e *encoded) endNotified(k, v int, n *record.NotificationValue, headers []kafka.Header, result record.Result) {
 	e.endAlert(k, v, result)
+	if len(headers) > 0 {
+		e.headers = append(e.headers, spanHeaders{len(e.spans) - 1, headers})
+	}
+	for c := n.Conflicts(); c != 0; c &= c - 1 {
+		e.conflicts[bits.TrailingZeros8(c)]++
+	}
 }
 
 // alertOverhead is about what an alert adds to its notification's JSON:
@@ -106,20 +140,23 @@ func (e *encoded) len() int {
 // encodedMark is the length of an encoded batch, to drop what was added
 // after it (rollback).
 type encodedMark struct {
-	buf, spans int
-	results    [len(record.Results)]int
+	buf, spans, headers int
+	results             [len(record.Results)]int
+	conflicts           [len(record.AlertMembers)]int
 }
 
 func (e *encoded) mark() encodedMark {
-	return encodedMark{len(e.buf), len(e.spans), e.results}
+	return encodedMark{len(e.buf), len(e.spans), len(e.headers), e.results, e.conflicts}
 }
 
 func (e *encoded) rollback(m encodedMark) {
-	e.buf, e.spans, e.results = e.buf[:m.buf], e.spans[:m.spans], m.results
+	clear(e.headers[m.headers:]) // no references to rolled-back records
+	e.buf, e.spans, e.headers, e.results, e.conflicts = e.buf[:m.buf], e.spans[:m.spans], e.headers[:m.headers], m.results, m.conflicts
 }
 
 func (e *encoded) reset() {
-	e.buf, e.spans, e.results = e.buf[:0], e.spans[:0], [len(record.Results)]int{}
+	clear(e.headers) // no references to the headers of fetched records
+	e.buf, e.spans, e.headers, e.results, e.conflicts = e.buf[:0], e.spans[:0], e.headers[:0], [len(record.Results)]int{}, [len(record.AlertMembers)]int{}
 }
 
 // writeOut writes alerts and dead letters and waits for Kafka to
@@ -214,8 +251,13 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 	topic := w.cfg.Topics.Alerts
 	for _, e := range batches {
 		msgs = slices.Grow(msgs, len(e.spans))
-		for _, sp := range e.spans {
-			msgs = append(msgs, kafka.Message{Topic: topic, Key: e.buf[sp.k:sp.v:sp.v], Value: e.buf[sp.v:sp.e:sp.e]})
+		h := e.headers
+		for i, sp := range e.spans {
+			m := kafka.Message{Topic: topic, Key: e.buf[sp.k:sp.v:sp.v], Value: e.buf[sp.v:sp.e:sp.e]}
+			if len(h) > 0 && h[0].i == i {
+				m.Headers, h = h[0].h, h[1:]
+			}
+			msgs = append(msgs, m)
 		}
 	}
 	alerts := len(msgs)
@@ -235,11 +277,12 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 			Key:   d.rec.Key,
 			Value: d.rec.Value,
 			Time:  d.rec.Time,
-			Headers: []kafka.Header{
-				{Key: headerReason, Value: []byte(d.reason)},
-				{Key: headerError, Value: []byte(d.err)},
-				{Key: headerSource, Value: []byte(source)},
-			},
+			// The record's own headers, in order, then the reasons.
+			Headers: append(slices.Clip(d.rec.Headers),
+				kafka.Header{Key: headerReason, Value: []byte(d.reason)},
+				kafka.Header{Key: headerError, Value: []byte(d.err)},
+				kafka.Header{Key: headerSource, Value: []byte(source)},
+			),
 		})
 		notes = append(notes, outNote{reason: d.reason, topic: d.topic, source: source, err: d.err})
 	}
@@ -379,11 +422,12 @@ func (w *Processor) refuse(msgs []kafka.Message, notes []outNote, i, alerts, tas
 			Topic: w.cfg.Topics.DeadLetter,
 			Key:   m.Key,
 			Value: m.Value,
-			Headers: []kafka.Header{
-				{Key: headerReason, Value: []byte(n.reason)},
-				{Key: headerError, Value: []byte(n.err)},
-				{Key: headerSource, Value: []byte(n.source)},
-			},
+			// The alert's headers (its notification's), then the reasons.
+			Headers: append(slices.Clip(m.Headers),
+				kafka.Header{Key: headerReason, Value: []byte(n.reason)},
+				kafka.Header{Key: headerError, Value: []byte(n.err)},
+				kafka.Header{Key: headerSource, Value: []byte(n.source)},
+			),
 		}
 		if produce.RecordBatchBytes(m) <= w.maxMessageBytes(m.Topic) {
 			return true
@@ -495,11 +539,17 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 		return err
 	}
 	// Counted per result, one counter update per result and write.
-	var counts [len(record.Results)]int
+	var (
+		counts    [len(record.Results)]int
+		conflicts [len(record.AlertMembers)]int
+	)
 	alerts := 0
 	for _, e := range batches {
 		for i, n := range e.results {
 			counts[i] += n
+		}
+		for i, n := range e.conflicts {
+			conflicts[i] += n
 		}
 		alerts += len(e.spans)
 	}
@@ -507,6 +557,11 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 		if n > 0 {
 			w.metrics.Joins.WithLabelValues(string(record.Results[i])).Add(float64(n))
 			t.counters.joins[i].Add(int64(n))
+		}
+	}
+	for i, n := range conflicts {
+		if n > 0 {
+			w.metrics.FieldConflicts.WithLabelValues(record.AlertMembers[i]).Add(float64(n))
 		}
 	}
 	if n := len(dead) + rerouted; n > 0 {

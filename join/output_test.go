@@ -76,6 +76,10 @@ func TestOversizeAlertAndDeadLetterDoNotStallThePartition(t *testing.T) {
 			badValue := `{"id":"bad","symbol":"` + s + `","text":"` + strings.Repeat("x", limit+1000) // invalid JSON
 			r.f.produce("notifications", 0, 1500, s, noteJSON("a", s))
 			r.f.produce("notifications", 0, 1600, s, bigValue)
+			r.f.mu.Lock() // the big notification's headers go with its dead letter
+			bigLog := r.f.logs["notifications"][0]
+			bigLog[len(bigLog)-1].Headers = []kafka.Header{{Key: "traceparent", Value: []byte("tp-big")}}
+			r.f.mu.Unlock()
 			r.f.produce("notifications", 0, 2000, s, noteJSON("b", s))
 			r.f.produce("notifications", 0, 2100, s, badValue)
 			r.f.produce("notifications", 0, 3500, s, noteJSON("c", s))
@@ -129,6 +133,9 @@ func TestOversizeAlertAndDeadLetterDoNotStallThePartition(t *testing.T) {
 					t.Errorf("dead letter %d: source %q, want %q", i, src, w.source)
 				}
 				checkTruncated(t, m, w.orig, limit)
+			}
+			if h := dead[0].Headers; len(h) == 0 || h[0].Key != "traceparent" || string(h[0].Value) != "tp-big" {
+				t.Errorf("the refused alert's dead letter has headers %v, want its notification's traceparent first", h)
 			}
 			for reason, want := range map[string]int64{record.ReasonAlertTooLarge: 1, record.ReasonInvalidJSON: 1} {
 				if n := counterValue(r.w.metrics.DeadLettersTruncated.WithLabelValues(reason)); n != want {

@@ -11,6 +11,7 @@ import (
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
+	"github.com/segmentio/kafka-go"
 )
 
 // processTask joins the notifications of partition p with prices. It owns
@@ -47,10 +48,16 @@ type processTask struct {
 
 // latestPrice is a symbol's newest version in a merged task's store, and
 // the fields its price adds to an alert, encoded once for the alerts that
-// join it (empty until one does).
+// join it (empty until one does); with hasPrev, prev is the version just
+// before it (no version of the symbol lies between the two), so that a
+// notification between them, the common join with a grace, reads no
+// store either.
 type latestPrice struct {
-	tick   statestore.Tick
-	fields []byte // record.AppendPriceFields of tick
+	tick       statestore.Tick
+	fields     []byte // record.AppendPriceFields of tick
+	prev       statestore.Tick
+	prevFields []byte
+	hasPrev    bool
 }
 
 // priceFields returns the alert fields of c's price.
@@ -59,6 +66,20 @@ func (c *latestPrice) priceFields() []byte {
 		c.fields = record.AppendPriceFields(c.fields, c.tick.Price, c.tick.TimestampMs)
 	}
 	return c.fields
+}
+
+// prevFields returns the alert fields of the version before c's.
+func (c *latestPrice) prevPriceFields() []byte {
+	if len(c.prevFields) == 0 {
+		c.prevFields = record.AppendPriceFields(c.prevFields, c.prev.Price, c.prev.TimestampMs)
+	}
+	return c.prevFields
+}
+
+// newer reports whether version a comes after b: a later timestamp, or
+// the same one later in the partition.
+func newer(a, b statestore.Tick) bool {
+	return a.TimestampMs > b.TimestampMs || (a.TimestampMs == b.TimestampMs && a.Offset > b.Offset)
 }
 
 // rememberLatest puts the store's newest version of symbol in t.latest.
@@ -81,10 +102,19 @@ func (t *processTask) applied(ticks []statestore.Tick) {
 	}
 	for _, k := range ticks {
 		c, ok := t.latest[k.Symbol]
-		if ok && (k.TimestampMs > c.tick.TimestampMs || (k.TimestampMs == c.tick.TimestampMs && k.Offset > c.tick.Offset)) {
+		switch {
+		case !ok:
+		case newer(k, c.tick):
 			k.Symbol = c.tick.Symbol // the map's own copy
+			c.prev, c.prevFields, c.hasPrev = c.tick, append(c.prevFields[:0], c.fields...), true
 			c.tick, c.fields = k, c.fields[:0]
+		case c.hasPrev && newer(k, c.prev):
+			// A late tick between the two.
+			k.Symbol = c.tick.Symbol
+			c.prev, c.prevFields = k, c.prevFields[:0]
 		}
+		// Older than prev (or than the newest, before prev is known):
+		// the store answers the notifications it concerns.
 	}
 }
 
@@ -231,6 +261,8 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 	var (
 		dead   []deadLetter
 		others []record.Alert
+		notes  []record.NotificationValue // of others
+		heads  [][]kafka.Header           // of others
 		tasks  []int
 		extras [][]int // per other: more tasks to consult (repartition.go)
 		price  float64
@@ -252,7 +284,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		// The fetched value is never written again (package fetch carves
 		// it from a buffer of its own), so the notification's strings
 		// may alias it; the alert holds them until it is encoded.
-		n, err := record.DecodeNotificationShared(rec.Value, w.cfg.MaxRecordBytes)
+		n, err := w.dec.Notification(rec.Value)
+		if err == nil {
+			err = record.CheckNotificationKey(rec.Key, n.Symbol)
+		}
 		if err != nil {
 			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
 			continue
@@ -263,10 +298,18 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		// newest price, whose alert fields are encoded once.
 		c, ok := t.latest[n.Symbol]
 		if ok && c.tick.TimestampMs <= nTsMs {
-			e.addPriced(w.alerts, &n, nTsMs, c.priceFields(), record.ResultLocal)
+			t.st.noteJoined(nTsMs)
+			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.priceFields(), record.ResultLocal)
 			continue
 		}
-		a := record.Alert{Notification: n, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
+		// Between the newest version and the one before, which pruning
+		// keeps while it is newer than the cut.
+		if ok && c.hasPrev && c.prev.TimestampMs <= nTsMs && t.st.keeps(c.prev.TimestampMs) {
+			t.st.noteJoined(nTsMs)
+			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.prevPriceFields(), record.ResultLocal)
+			continue
+		}
+		a := record.Alert{Notification: record.Notification{Symbol: n.Symbol}, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
 		q := murmur2.Partition([]byte(n.Symbol), parts)
 		if q != t.p {
 			// Its key was not partitioned with murmur2 by symbol (another
@@ -280,7 +323,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			more = extraTasks(n.Symbol, q, t.p, t.st != nil, past)
 		}
 		if t.st == nil || q != t.p || len(more) > 0 {
-			others = append(others, a)
+			others, notes, heads = append(others, a), append(notes, n), append(heads, rec.Headers)
 			tasks = append(tasks, q)
 			extras = append(extras, more)
 			offs = append(offs, rec.Offset)
@@ -293,7 +336,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		if !ok && a.Price != nil {
 			t.rememberLatest(a.Symbol)
 		}
-		e.add(w.alerts, &a)
+		e.addJoined(w.alerts, &n, rec.Headers, &a)
 	}
 	if len(others) > 0 {
 		if err := t.joinAll(ctx, others, tasks, extras); err != nil {
@@ -302,7 +345,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		}
 		for i := range others {
 			e.src = offs[i]
-			e.add(w.alerts, &others[i])
+			e.addJoined(w.alerts, &notes[i], heads[i], &others[i])
 		}
 	}
 	w.metrics.Misrouted.Add(float64(misrouted))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,11 @@ type stateTask struct {
 	// task is merged), -1 before one is: pruning keeps the history that a
 	// replay from the committed offset can ask for.
 	committedTs atomic.Int64
+	// joinedTs is the greatest timestamp of a notification joined with
+	// this task's prices (by its merge, a lookup of another task or a
+	// remote one), -1 before one is: a tick applied at or before it
+	// arrived too late for that join (joiner_ticks_late_total).
+	joinedTs atomic.Int64
 
 	// progress, guarded by pmu; changed is closed and replaced on each
 	// update so waiters can select on it.
@@ -105,6 +111,7 @@ func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *st
 		changed:  make(chan struct{}),
 	}
 	s.committedTs.Store(-1)
+	s.joinedTs.Store(-1)
 	s.role.Store(roleActive)
 	s.rc.init()
 	return s
@@ -198,8 +205,51 @@ func taskStoppedErr(err error) error {
 
 // getAsOf reads the version of symbol's price as of tsMs from the store.
 func (s *stateTask) getAsOf(symbol string, tsMs int64) (statestore.Tick, statestore.Match, error) {
+	if tsMs != math.MaxInt64 { // not the latest price (/v1/prices without at_ms): a join
+		s.noteJoined(tsMs)
+	}
 	tick, match, err := s.store.GetAsOf(symbol, tsMs)
 	return tick, match, taskStoppedErr(err)
+}
+
+// noteJoined records that a notification at tsMs is joined with this
+// task's prices.
+func (s *stateTask) noteJoined(tsMs int64) {
+	if tsMs > s.joinedTs.Load() { // one writer per task in the common case
+		for {
+			old := s.joinedTs.Load()
+			if tsMs <= old || s.joinedTs.CompareAndSwap(old, tsMs) {
+				return
+			}
+		}
+	}
+}
+
+// countLate counts and logs (rate-limited) the ticks of a batch just
+// stored that are at or before a notification already joined on the task:
+// they came later than the grace. Alerts already written keep the price
+// they had; later lookups see these ticks.
+func (s *stateTask) countLate(ticks []statestore.Tick) {
+	joined := s.joinedTs.Load()
+	if joined < 0 {
+		return
+	}
+	late := 0
+	var first statestore.Tick
+	for _, t := range ticks {
+		if t.TimestampMs <= joined {
+			if late == 0 {
+				first = t
+			}
+			late++
+		}
+	}
+	if late == 0 {
+		return
+	}
+	s.w.metrics.TicksLate.Add(float64(late))
+	s.w.lateLog.Warn("late-tick/"+strconv.Itoa(s.p), "ticks arrived after a notification at or after their time was joined on their task (later than the grace); stored for later lookups, alerts already written are not corrected",
+		"task", s.p, "topic", s.w.cfg.Topics.Market, "late_ticks", late, "symbol", first.Symbol, "tick_ts_ms", first.TimestampMs, "offset", first.Offset, "joined_ts_ms", joined, "grace", s.w.cfg.Grace)
 }
 
 // pruneCut is the time before which the task's history may go: the
@@ -218,6 +268,13 @@ func (s *stateTask) pruneCut() (cut int64, ok bool) {
 		return 0, false
 	}
 	return ref - s.w.cfg.HistoryRetention.Milliseconds(), true
+}
+
+// keeps reports whether pruning keeps every version at tsMs: it is newer
+// than the cut (or nothing can be pruned yet).
+func (s *stateTask) keeps(tsMs int64) bool {
+	cut, ok := s.pruneCut()
+	return !ok || tsMs > cut
 }
 
 // prune drops the history the task can no longer be asked for (see
@@ -798,7 +855,7 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 		d.maxTs = max(d.maxTs, ts)
 		// The fetched value is never written again (package fetch), so
 		// the tick's symbol may alias it: the store copies what it keeps.
-		t, err := record.DecodeTickShared(rec.Value, w.cfg.MaxRecordBytes)
+		t, err := w.dec.Tick(rec.Value)
 		if err == nil {
 			err = record.CheckKey(rec.Key, t.Symbol)
 		}
@@ -828,6 +885,7 @@ func (s *stateTask) applyDecoded(ctx context.Context, d decodedBatch) error {
 	if err := s.store.Apply(d.ticks, d.last); err != nil {
 		return fmt.Errorf("task %d: %w", s.p, taskStoppedErr(err))
 	}
+	s.countLate(d.ticks)
 	return nil
 }
 
@@ -864,16 +922,28 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle, limit time.Du
 	end := int64(-1) // the end offset, read once the task is restored
 	began := time.Now()
 	warned := false
+	// With a grace, the market must be read past tsMs + grace, or be
+	// found at its end no earlier than that time by the clock.
+	grace := s.w.cfg.Grace.Milliseconds()
+	past := tsMs
+	if grace > 0 && tsMs < math.MaxInt64-grace {
+		past = tsMs + grace
+	}
+	var graceWait <-chan time.Time
 	for {
 		restored := s.isRestored()
 		s.pmu.Lock()
-		done := restored && (s.lastTsMs > tsMs || (end >= 0 && s.next >= end))
+		done := restored && (s.lastTsMs > past || (end >= 0 && s.next >= end))
 		changed := s.changed
 		s.pmu.Unlock()
 		if done {
 			return nil
 		}
-		if restored && end < 0 {
+		if wait := time.Until(time.UnixMilli(past)); restored && end < 0 && grace > 0 && wait > 0 {
+			if graceWait == nil {
+				graceWait = time.After(wait)
+			}
+		} else if restored && end < 0 {
 			// Not read past tsMs: wait until the reader reaches the end the
 			// log has now, which includes every record produced before the
 			// caller's.
@@ -890,6 +960,8 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle, limit time.Du
 		select {
 		case <-changed:
 		case <-restoring:
+		case <-graceWait:
+			graceWait = nil
 		case <-s.stopped:
 			return errTaskStopped
 		case <-expire.C:

@@ -88,6 +88,8 @@ type Stats struct {
 	// Misrouted counts the notifications joined that were not in their
 	// symbol's murmur2 partition (joiner_notifications_misrouted_total).
 	Misrouted int64 `json:"misrouted"`
+	// TicksLate counts the late ticks (joiner_ticks_late_total).
+	TicksLate int64 `json:"ticks_late"`
 }
 
 // Stats returns a snapshot of the worker's assignment and join counts.
@@ -114,6 +116,7 @@ func (w *Processor) Stats() Stats {
 		RestoredStandby:  counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonStandby)),
 		RestoredWarmup:   counterValue(w.metrics.RestoreRecords.WithLabelValues(ReasonWarmup)),
 		Misrouted:        counterValue(w.metrics.Misrouted),
+		TicksLate:        counterValue(w.metrics.TicksLate),
 	}
 }
 

@@ -82,6 +82,15 @@ type Config struct {
 
 	// Topics names the topics; empty names take record's defaults.
 	Topics record.Topics
+	// Fields names the symbol member of ticks and notifications and the
+	// price member of ticks; empty names take record's defaults.
+	Fields record.Fields
+	// Grace is how far past a notification's timestamp the market must be
+	// read before the notification is joined (a tick written up to Grace
+	// after newer ones is still seen), or, when the market is confirmed at
+	// its end, how long after the notification's timestamp (by the wall
+	// clock) that confirmation must be. Default: 0 (none).
+	Grace time.Duration
 
 	// MaxTaskIdle bounds how long a notification is held waiting for the
 	// market to be read past its timestamp. Default: 1s.
@@ -152,6 +161,8 @@ type Processor struct {
 	log     *slog.Logger
 	metrics *Metrics
 	alerts  *record.AlertEncoder // of this worker's alerts
+	dec     *record.Decoder      // of its input records
+	lateLog *lograte.Limiter     // late ticks, per task
 	reg     *prometheus.Registry // nil when Config.Registerer was given
 	remote  *remoteClient
 	// outLog logs dead letters and output failures, one line per kind
@@ -220,6 +231,8 @@ func (c *Config) Validate() error {
 		return errors.New("join: Config.Stores is required")
 	case c.InstanceID == "":
 		return errors.New("join: Config.InstanceID is required")
+	case c.Grace < 0:
+		return fmt.Errorf("join: Config.Grace is %v; want 0 (none) or a positive duration", c.Grace)
 	}
 	return validStartOffset(c.StartOffset)
 }
@@ -228,6 +241,7 @@ func (c *Config) Validate() error {
 // doc comment names: the one place join's defaults are applied.
 func (c Config) withDefaults() Config {
 	c.Topics = c.Topics.WithDefaults()
+	c.Fields = c.Fields.WithDefaults()
 	defDur := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -264,6 +278,8 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("instance", cfg.InstanceID),
 		alerts:   record.NewAlertEncoder(cfg.InstanceID),
+		dec:      record.NewDecoder(cfg.Fields, cfg.MaxRecordBytes),
+		lateLog:  lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
 		outLog:   lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},

@@ -6,6 +6,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,27 @@ type Config struct {
 	// RetryTimeout is how long failed writes are retried without progress
 	// before the run gives up. Default: DefaultRetryTimeout.
 	RetryTimeout time.Duration
+
+	// Fields names the symbol member of ticks and notifications and the
+	// price member of ticks. Default: symbol, price.
+	Fields record.Fields
+	// ExtraFields writes the notifications in the shapes of
+	// ShapedNotification, one after the other: members of their own,
+	// nested values, long integers, escapes, members named like the
+	// join's. Default: the plain {"id","user","symbol","text"}.
+	ExtraFields bool
+	// NotificationBytes pads each notification to at least this many
+	// bytes with a "meta" member holding an object (a channel, a language
+	// and a body of filler), as a notification with a text, a user and
+	// metadata is. Default: 0, no padding.
+	NotificationBytes int
+	// Headers puts NotificationHeaders on every notification.
+	Headers bool
+	// OutOfOrder stamps each tick up to this long before it is written
+	// (a random amount), as producers with retries do: the ticks are out
+	// of timestamp order by up to that much. Default: 0 (stamped when
+	// written).
+	OutOfOrder time.Duration
 
 	// Progress receives a line at least once a second and a summary.
 	// Default: io.Discard.
@@ -141,6 +163,8 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, errors.New("loadgen: counts must not be negative")
 	case cfg.Rate < 0 || math.IsNaN(cfg.Rate):
 		return Summary{}, errors.New("loadgen: rate must be 0 (as fast as possible) or positive")
+	case cfg.OutOfOrder < 0 || cfg.NotificationBytes < 0:
+		return Summary{}, errors.New("loadgen: OutOfOrder and NotificationBytes must not be negative")
 	case cfg.AbortEvery < 0 || cfg.AbortEvery > 0 && !cfg.Transactional:
 		return Summary{}, errors.New("loadgen: AbortEvery must not be negative, and needs Transactional")
 	case cfg.Transactional && len(cfg.Brokers) == 0:
@@ -170,12 +194,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	p := &producer{w: w, txn: txn, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now(), retryTimeout: cfg.RetryTimeout}
 	sum := Summary{LastPrice: make(map[string]float64, len(syms))}
 	prices := newWalk(cfg.Seed, len(syms))
+	late := rand.New(rand.NewPCG(cfg.Seed, 0x1a7e))
 	for k := 0; k < cfg.TicksPerSymbol; k++ {
 		for i, s := range syms {
 			price := prices.tick(i)
 			sum.LastPrice[s] = price
-			v := record.AppendTick(nil, record.Tick{Symbol: s, Price: price})
-			if err := p.add(ctx, kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}); err != nil {
+			v := cfg.Fields.AppendTick(nil, record.Tick{Symbol: s, Price: price})
+			m := kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}
+			if cfg.OutOfOrder > 0 {
+				m.Time = time.Now().Add(-time.Duration(late.Int64N(int64(cfg.OutOfOrder) + 1)))
+			}
+			if err := p.add(ctx, m); err != nil {
 				return sum, err
 			}
 			sum.Ticks++
@@ -188,8 +217,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for k := 0; k < cfg.NotificationsPerSymbol; k++ {
 		for i, s := range syms {
 			n := NotificationOf(cfg.RunID, syms, i, k)
-			v := record.AppendNotification(nil, &n)
-			if err := p.add(ctx, kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}); err != nil {
+			v := NotificationValue(cfg, &n, sum.Notifications)
+			m := kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}
+			if cfg.Headers {
+				m.Headers = NotificationHeaders(sum.Notifications)
+			}
+			if err := p.add(ctx, m); err != nil {
 				return sum, err
 			}
 			sum.Notifications++
@@ -220,6 +253,36 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			sum.Transactions, sum.AbortedTicks, sum.AbortedNotifications)
 	}
 	return sum, nil
+}
+
+// NotificationValue is the value Run writes for notification n, the
+// seq-th of the run (from 0), with cfg's Fields, ExtraFields and
+// NotificationBytes.
+func NotificationValue(cfg Config, n *record.Notification, seq int) []byte {
+	var v []byte
+	if cfg.ExtraFields {
+		v = ShapedNotification(nil, n, cfg.Fields, seq, "")
+	} else {
+		v = cfg.Fields.AppendNotification(nil, n)
+	}
+	return pad(v, cfg.NotificationBytes)
+}
+
+// pad inserts a "meta" member before the closing brace of the object v so
+// that it has at least size bytes.
+func pad(v []byte, size int) []byte {
+	const head, tail = `,"meta":{"channel":"push","lang":"id","body":"`, `"}`
+	end := bytes.LastIndexByte(v, '}')
+	if size <= len(v) || end < 0 {
+		return v
+	}
+	filler := max(0, size-len(v)-len(head)-len(tail))
+	out := make([]byte, 0, len(v)+len(head)+filler+len(tail))
+	out = append(append(out, v[:end]...), head...)
+	for i := range filler {
+		out = append(out, "lorem ipsum "[i%12])
+	}
+	return append(append(out, tail...), v[end:]...)
 }
 
 // NotificationOf is the k-th notification (from 0) Run produces for
@@ -304,7 +367,9 @@ type producer struct {
 const chunk = 1000
 
 func (p *producer) add(ctx context.Context, m kafka.Message) error {
-	m.Time = time.Now()
+	if m.Time.IsZero() {
+		m.Time = time.Now()
+	}
 	p.buf = append(p.buf, m)
 	size := chunk
 	if p.rate > 0 {

@@ -108,6 +108,9 @@ type Config struct {
 	CommitInterval           time.Duration
 	// StallTimeout: see join.Config.StallTimeout. Default: 1m.
 	StallTimeout time.Duration
+	// Fields and Grace: see join.Config.Fields and join.Config.Grace.
+	Fields record.Fields
+	Grace  time.Duration
 	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
 	HistoryRetention time.Duration
 	// BulkRestoreMin: see join.Config.BulkRestoreMin. Default:
@@ -256,6 +259,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Stores:           n.stores,
 		InstanceID:       cfg.InstanceID,
 		Topics:           cfg.Topics,
+		Fields:           cfg.Fields,
+		Grace:            cfg.Grace,
 		MaxTaskIdle:      cfg.MaxTaskIdle,
 		CommitInterval:   cfg.CommitInterval,
 		StallTimeout:     cfg.StallTimeout,

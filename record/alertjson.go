@@ -87,13 +87,28 @@ func NewAlertEncoder(worker string) *AlertEncoder {
 	return e
 }
 
-// AppendPriced appends the JSON of the alert of n, notified at
+// AppendPriced appends the alert of the notification n, notified at
 // notificationTsMs, joined with the price whose fields priceFields holds
-// (AppendPriceFields), with result, by the encoder's worker: byte for byte
-// what AppendAlert writes for that alert.
-func (e *AlertEncoder) AppendPriced(dst []byte, n *Notification, notificationTsMs int64, priceFields []byte, result Result) []byte {
-	dst = appendNotified(dst, n, notificationTsMs)
-	return e.appendTail(append(dst, priceFields...), result)
+// (AppendPriceFields; none on a miss), with result, by the encoder's
+// worker: n's object byte for byte (its members named like the join's
+// renamed, see RenamePrefix), then "notification_ts_ms", the price
+// fields, "result" and "worker". For a notification of the Notification
+// shape (AppendNotification) that is byte for byte what AppendAlert writes.
+func (e *AlertEncoder) AppendPriced(dst []byte, n *NotificationValue, notificationTsMs int64, priceFields []byte, result Result) []byte {
+	return e.appendTail(appendJoinedHead(dst, n, notificationTsMs, priceFields), result)
+}
+
+// AppendJoined is AppendPriced with the join's result, price and
+// notification time taken from a (its Notification and Worker are not
+// used).
+func (e *AlertEncoder) AppendJoined(dst []byte, n *NotificationValue, a *Alert) []byte {
+	dst = appendJoinedHead(dst, n, a.NotificationTsMs, nil)
+	if a.Price != nil {
+		dst = AppendPriceFields(dst, *a.Price, a.PriceTsMs)
+	} else {
+		dst = appendPriceTs(dst, a.PriceTsMs)
+	}
+	return e.appendTail(dst, a.Result)
 }
 
 // Append appends the JSON of a to dst, byte for byte what AppendAlert
@@ -134,19 +149,64 @@ func AppendNotification(dst []byte, n *Notification) []byte {
 // appendNotificationFields appends the opening brace and the fields of n,
 // in Notification's field order, with its omitempty rules.
 func appendNotificationFields(dst []byte, n *Notification) []byte {
+	return appendNotificationNamed(dst, n, DefaultSymbolField)
+}
+
+// appendNotificationNamed is appendNotificationFields with the symbol
+// member named symbol.
+func appendNotificationNamed(dst []byte, n *Notification, symbol string) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = appendJSONString(dst, n.ID)
 	if n.User != "" {
 		dst = append(dst, `,"user":`...)
 		dst = appendJSONString(dst, n.User)
 	}
-	dst = append(dst, `,"symbol":`...)
+	if symbol == DefaultSymbolField {
+		dst = append(dst, `,"symbol":`...)
+	} else {
+		dst = append(dst, ',')
+		dst = appendJSONString(dst, symbol)
+		dst = append(dst, ':')
+	}
 	dst = appendJSONString(dst, n.Symbol)
 	if n.Text != "" {
 		dst = append(dst, `,"text":`...)
 		dst = appendJSONString(dst, n.Text)
 	}
 	return dst
+}
+
+// AppendTick appends the JSON of t with f's member names (defaults for
+// empty ones): AppendTick's bytes with those names.
+func (f Fields) AppendTick(dst []byte, t Tick) []byte {
+	f = f.WithDefaults()
+	dst = append(dst, '{')
+	dst = appendJSONString(dst, f.Symbol)
+	dst = append(dst, ':')
+	dst = appendJSONString(dst, t.Symbol)
+	dst = append(dst, ',')
+	dst = appendJSONString(dst, f.Price)
+	dst = append(dst, ':')
+	dst = appendJSONFloat(dst, t.Price)
+	return append(dst, '}')
+}
+
+// AppendNotification appends the JSON of n with f's symbol member name:
+// AppendNotification's bytes with that name.
+func (f Fields) AppendNotification(dst []byte, n *Notification) []byte {
+	return append(appendNotificationNamed(dst, n, f.WithDefaults().Symbol), '}')
+}
+
+// StringMember returns the string value of the top-level member name of
+// the JSON object value (matched as the decoders match names), for tools
+// that read one member of an alert or a notification back (an id). ok is
+// false when value is not a valid object or has no such string member.
+func StringMember(value []byte, name string) (_ string, ok bool) {
+	f := [1]jsonField{newField(name, false)}
+	if scanRecord(value, f[:], false) != nil || !f[0].set {
+		return "", false
+	}
+	return f[0].str, true
 }
 
 // appendJSONFloat formats f as encoding/json does for a float64 (ES6

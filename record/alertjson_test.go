@@ -166,9 +166,18 @@ func checkAppendAlert(t *testing.T, a *Alert) {
 		if a.Price == nil || e.worker != a.Worker {
 			continue
 		}
-		got = e.AppendPriced([]byte("prefix"), &a.Notification, a.NotificationTsMs, AppendPriceFields([]byte("junk"), *a.Price, a.PriceTsMs)[4:], a.Result)
+		// The join's path: the notification's own bytes, spliced.
+		nv, err := NewDecoder(Fields{}, 1<<20).Notification(AppendNotification(nil, &a.Notification))
+		if err != nil {
+			continue // a symbol the join refuses
+		}
+		got = e.AppendPriced([]byte("prefix"), &nv, a.NotificationTsMs, AppendPriceFields([]byte("junk"), *a.Price, a.PriceTsMs)[4:], a.Result)
 		if !bytes.Equal(got[:len(prefix)], []byte("prefix")) || !bytes.Equal(got[len(prefix):], want) {
 			t.Fatalf("AlertEncoder(%q).AppendPriced(%+v)\n got %s\nwant %s", e.worker, *a, got[len(prefix):], want)
+		}
+		got = e.AppendJoined([]byte("prefix"), &nv, a)
+		if !bytes.Equal(got[len(prefix):], want) {
+			t.Fatalf("AlertEncoder(%q).AppendJoined(%+v)\n got %s\nwant %s", e.worker, *a, got[len(prefix):], want)
 		}
 	}
 }

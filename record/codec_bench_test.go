@@ -38,6 +38,16 @@ func BenchmarkDecodeNotification(b *testing.B) {
 			}
 		}
 	})
+	b.Run("value", func(b *testing.B) { // the join's: Decoder.Notification
+		d := NewDecoder(Fields{}, 0)
+		b.SetBytes(int64(len(benchNotification)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := d.Notification(benchNotification); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("reflection", func(b *testing.B) {
 		b.SetBytes(int64(len(benchNotification)))
 		b.ReportAllocs()
@@ -85,6 +95,20 @@ func BenchmarkEncodeAlert(b *testing.B) {
 		buf := make([]byte, 0, 512)
 		for b.Loop() {
 			buf = AppendAlert(buf[:0], &benchAlert)
+		}
+		b.SetBytes(int64(len(buf)))
+	})
+	b.Run("splice", func(b *testing.B) { // the join's: AlertEncoder.AppendPriced of the notification's bytes
+		n, err := NewDecoder(Fields{}, 0).Notification(benchNotification)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := NewAlertEncoder(benchAlert.Worker)
+		fields := AppendPriceFields(nil, *benchAlert.Price, benchAlert.PriceTsMs)
+		b.ReportAllocs()
+		buf := make([]byte, 0, 512)
+		for b.Loop() {
+			buf = e.AppendPriced(buf[:0], &n, benchAlert.NotificationTsMs, fields, ResultLocal)
 		}
 		b.SetBytes(int64(len(buf)))
 	})

@@ -146,7 +146,7 @@ func reject(reason, format string, args ...any) error {
 // every rejection is a *Error. It uses the schema scanner of scan.go,
 // not reflection. The result does not refer to value.
 func DecodeTick(value []byte, maxBytes int) (Tick, error) {
-	return decodeTick(value, maxBytes, false)
+	return decodeTickWith(value, maxBytes, tickFields, false)
 }
 
 // DecodeTickShared is DecodeTick without copying: the Symbol of the result
@@ -156,14 +156,17 @@ func DecodeTick(value []byte, maxBytes int) (Tick, error) {
 // that are never written again, and copy the Symbol (strings.Clone)
 // before keeping it for long (a map key, a cache).
 func DecodeTickShared(value []byte, maxBytes int) (Tick, error) {
-	return decodeTick(value, maxBytes, true)
+	return decodeTickWith(value, maxBytes, tickFields, true)
 }
 
-func decodeTick(value []byte, maxBytes int, shared bool) (Tick, error) {
+// decodeTickWith decodes a tick whose symbol and price members are
+// fields (a schema of newField("symbol"...), newField("price"...) or a
+// Decoder's names).
+func decodeTickWith(value []byte, maxBytes int, fields [2]jsonField, shared bool) (Tick, error) {
 	if err := checkSize(value, maxBytes); err != nil {
 		return Tick{}, err
 	}
-	f := tickFields
+	f := fields
 	if err := scanRecord(value, f[:], shared); err != nil {
 		return Tick{}, err
 	}

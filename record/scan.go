@@ -91,11 +91,11 @@ type jsonScanner struct {
 // shared, the string fields that needed no unescaping alias value.
 func scanRecord(value []byte, fields []jsonField, shared bool) error {
 	s := jsonScanner{b: value, shared: shared}
-	s.ws()
-	switch {
-	case s.i >= len(s.b):
-		return reject(ReasonInvalidJSON, "empty record: want a JSON object")
-	case s.b[s.i] == '{':
+	object, err := s.top()
+	if err != nil {
+		return err
+	}
+	if object {
 		if start := s.i; !s.fastObject(fields) {
 			// Start again on the general path, from scratch.
 			s.i, s.depth, s.syntax, s.typeErr = start, 0, "", nil
@@ -104,12 +104,34 @@ func scanRecord(value []byte, fields []jsonField, shared bool) error {
 			}
 			s.object(fields)
 		}
+	}
+	return s.end()
+}
+
+// top starts the scan of a record's value, which must be one JSON
+// object: object is true when one starts at s.i, for the caller to scan;
+// a null is taken (no fields set), any other value skipped as a wrong
+// type. The error is the empty record's.
+func (s *jsonScanner) top() (object bool, err error) {
+	s.ws()
+	switch {
+	case s.i >= len(s.b):
+		return false, reject(ReasonInvalidJSON, "empty record: want a JSON object")
+	case s.b[s.i] == '{':
+		return true, nil
 	case s.b[s.i] == 'n':
 		s.literal("null")
 	default:
 		kind := s.skipValue()
 		s.wrongType("", "object", kind)
 	}
+	return false, nil
+}
+
+// end finishes the scan of a record's value after top and the object:
+// nil or a *Error with reason invalid_json (a syntax error first, then
+// data after the value, unless it starts with ']' or '}') or wrong_type.
+func (s *jsonScanner) end() error {
 	if s.syntax != "" {
 		return reject(ReasonInvalidJSON, "%s", s.syntax)
 	}
@@ -251,23 +273,32 @@ func (s *jsonScanner) object(fields []jsonField) {
 		default:
 			s.stringField(f)
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			s.fail("unexpected end of JSON input")
-			return
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			s.depth--
-			return
-		default:
-			s.fail("want ',' or '}' after an object value")
+		if more, _ := s.memberEnd(); !more {
 			return
 		}
 	}
+}
+
+// memberEnd takes what follows a member's value in an object: ',' (more
+// members follow) or the closing '}' (ok, and the object is left);
+// anything else is a syntax error.
+func (s *jsonScanner) memberEnd() (more, ok bool) {
+	s.ws()
+	if s.i >= len(s.b) {
+		s.fail("unexpected end of JSON input")
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return true, true
+	case '}':
+		s.i++
+		s.depth--
+		return false, true
+	}
+	s.fail("want ',' or '}' after an object value")
+	return false, false
 }
 
 // exactKey matches the common key, the name of one of fields in its exact
@@ -439,7 +470,7 @@ func (s *jsonScanner) skipValue() string {
 		}
 		return s.kind("array")
 	case c == '"':
-		s.stringToken(false)
+		s.scanString() // validated, not unescaped
 		return s.kind("string")
 	case c == 't':
 		s.literal("true")
@@ -522,43 +553,51 @@ func (s *jsonScanner) number() bool {
 // unescaped bytes: a slice of the input when nothing needs unescaping,
 // else freshly allocated (or, for a key, in s.key when it fits).
 func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
+	raw, plain, ok := s.scanString()
+	if !ok || plain {
+		return raw, ok
+	}
+	var dst []byte
+	if isKey {
+		dst = s.key[:0]
+	} else {
+		dst = make([]byte, 0, len(raw)+utf8.UTFMax)
+	}
+	return unescape(dst, raw), true
+}
+
+// scanString scans the string whose '"' is at s.i, validating it, and
+// returns its body as it is in the input; plain is false when the body
+// needs unescaping (escapes, invalid UTF-8).
+func (s *jsonScanner) scanString() (raw []byte, plain, ok bool) {
 	b := s.b
 	start := s.i + 1 // after the opening quote
 	// The common string: plain bytes up to the closing quote.
 	end := start + plainLen(b[start:])
 	if end < len(b) && b[end] == '"' {
 		s.i = end + 1
-		return b[start:end], true
+		return b[start:end], true, true
 	}
 	// Else go on from the first byte that needs attention.
 	s.i = end
-	plain := true
+	plain = true
 	for {
 		if s.i >= len(b) {
 			s.fail("unexpected end of JSON input in a string")
-			return nil, false
+			return nil, false, false
 		}
 		c := b[s.i]
 		switch {
 		case c == '"':
 			raw := b[start:s.i]
 			s.i++
-			if plain {
-				return raw, true
-			}
-			var dst []byte
-			if isKey {
-				dst = s.key[:0]
-			} else {
-				dst = make([]byte, 0, len(raw)+utf8.UTFMax)
-			}
-			return unescape(dst, raw), true
+			return raw, plain, true
 		case c == '\\':
 			plain = false
 			s.i++
 			if s.i >= len(b) {
 				s.fail("unexpected end of JSON input in a string escape")
-				return nil, false
+				return nil, false, false
 			}
 			switch b[s.i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -568,17 +607,17 @@ func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
 				for range 4 {
 					if s.i >= len(b) || !isHex(b[s.i]) {
 						s.fail("invalid \\u escape in a string")
-						return nil, false
+						return nil, false, false
 					}
 					s.i++
 				}
 			default:
 				s.fail("invalid escape in a string")
-				return nil, false
+				return nil, false, false
 			}
 		case c < 0x20:
 			s.fail("invalid control character in a string")
-			return nil, false
+			return nil, false, false
 		case c < utf8.RuneSelf:
 			s.i++
 		default:

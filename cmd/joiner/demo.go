@@ -13,6 +13,7 @@ import (
 	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/kafkasec"
+	"github.com/joiner-dev/joiner/record"
 )
 
 // runDemo is `joiner demo`: embedded broker, workers and load generator in
@@ -36,6 +37,11 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.NotificationsPerSymbol, "notifications-per-symbol", def.NotificationsPerSymbol, "notifications per symbol")
 	fs.StringVar(&cfg.Assignor, "assignor", def.Assignor, "leader's plan: "+group.AssignorList())
 	fs.DurationVar(&cfg.Timeout, "timeout", def.Timeout, "give up after this long")
+	fs.StringVar(&cfg.Fields.Symbol, "symbol-field", record.DefaultSymbolField, "name of the symbol member of ticks and notifications")
+	fs.StringVar(&cfg.Fields.Price, "price-field", record.DefaultPriceField, "name of the price member of ticks")
+	fs.BoolVar(&cfg.ExtraFields, "extra-fields", false, "notifications in five shapes with members of their own (see joiner loadgen)")
+	fs.BoolVar(&cfg.Headers, "headers", false, "headers on every notification (see joiner loadgen)")
+	fs.DurationVar(&cfg.Grace, "grace", 0, "the workers' --grace")
 	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
 	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")
 	fs.BoolVar(&serve, "serve", false, "keep the workers running after the report and print each worker's status page URL; stop with Ctrl-C")

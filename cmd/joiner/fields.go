@@ -35,6 +35,7 @@ var fieldFlags = map[string][]string{
 	"NotificationsPerSymbol": {"notifications-per-symbol"},
 	"Timeout":                {"timeout"},
 	"Assignor":               {"assignor"},
+	"Grace":                  {"grace"},
 }
 
 // flagsOf names field by the flags of this command that set it ("" when

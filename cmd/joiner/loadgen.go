@@ -33,12 +33,18 @@ func runLoadgen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.RunID, "run-id", "", "tag in notification ids, to keep several runs apart")
 	fs.BoolVar(&cfg.Transactional, "transactional", false, "write each chunk of records in one Kafka transaction")
 	fs.IntVar(&cfg.AbortEvery, "abort-every", 0, "with --transactional, before every Nth transaction write decoy ticks and notifications in one that is aborted; 0 for none")
+	fs.StringVar(&cfg.Fields.Symbol, "symbol-field", record.DefaultSymbolField, "name of the symbol member of ticks and notifications")
+	fs.StringVar(&cfg.Fields.Price, "price-field", record.DefaultPriceField, "name of the price member of ticks")
+	fs.BoolVar(&cfg.ExtraFields, "extra-fields", false, "notifications in five shapes with members of their own: nested values, long integers, escapes, members named like the join's")
+	fs.IntVar(&cfg.NotificationBytes, "notification-bytes", 0, "pad each notification to at least this many bytes with a \"meta\" object member (0: no padding)")
+	fs.BoolVar(&cfg.Headers, "headers", false, "headers on every notification: traceparent, tracestate, tenant, a repeated and an empty one")
+	fs.DurationVar(&cfg.OutOfOrder, "out-of-order", 0, "stamp each tick up to this long before it is written: ticks out of timestamp order")
 	sec := kafkasec.AddFlags(fs.FlagSet)
 	fs.DurationVar(&cfg.RetryTimeout, "retry-timeout", loadgen.DefaultRetryTimeout, "how long failed writes are retried without progress before giving up")
 	if _, status, ok := fs.parse(args); !ok {
 		return status
 	}
-	if cfg.Symbols < 1 || cfg.TicksPerSymbol < 0 || cfg.NotificationsPerSymbol < 0 || cfg.Malformed < 0 || cfg.Rate < 0 {
+	if cfg.Symbols < 1 || cfg.TicksPerSymbol < 0 || cfg.NotificationsPerSymbol < 0 || cfg.Malformed < 0 || cfg.Rate < 0 || cfg.NotificationBytes < 0 {
 		return fs.fail(2, errors.New("--symbols must be at least 1; counts and --rate must not be negative"))
 	}
 	err := validateLoadgen(fs.FlagSet, &cfg, splitList(brokers))

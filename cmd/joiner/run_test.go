@@ -60,6 +60,10 @@ func TestRunUsageErrors(t *testing.T) {
 		{"zero max task idle", []string{"--max-task-idle", "0s"}, nil, "--max-task-idle"},
 		{"zero commit interval", []string{"--commit-interval", "0s"}, nil, "--commit-interval"},
 		{"zero stall timeout", []string{"--stall-timeout", "0s"}, nil, "--stall-timeout"},
+		{"negative grace", []string{"--grace", "-1s"}, nil, "--grace"},
+		{"negative grace from env", nil, map[string]string{"JOINER_GRACE": "-500ms"}, "JOINER_GRACE"},
+		{"empty symbol field", []string{"--symbol-field", ""}, nil, "--symbol-field"},
+		{"empty price field from env", nil, map[string]string{"JOINER_PRICE_FIELD": ""}, "JOINER_PRICE_FIELD"},
 		{"bad duration from env", nil, map[string]string{"JOINER_COMMIT_INTERVAL": "soon"}, "JOINER_COMMIT_INTERVAL"},
 		{"zero startup timeout", []string{"--startup-timeout", "0s"}, nil, "--startup-timeout"},
 		{"unknown start offset", []string{"--start-offset", "beginning"}, nil, "--start-offset"},
@@ -92,6 +96,10 @@ func TestLoadgenUsageErrors(t *testing.T) {
 		{"--brokers", ""},
 		{"--market-topic", ""},
 		{"--symbols", "0"},
+		{"--symbol-field", ""},
+		{"--price-field", ""},
+		{"--out-of-order", "-1s"},
+		{"--notification-bytes", "-1"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := dispatch(append([]string{"loadgen", "--brokers", "127.0.0.1:1"}, args...), nil, &stdout, &stderr); code != 2 {

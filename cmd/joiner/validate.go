@@ -74,6 +74,12 @@ func (c *checks) positiveDuration(name string, d time.Duration) {
 	}
 }
 
+func (c *checks) nonNegativeDuration(name string, d time.Duration) {
+	if d < 0 {
+		c.fail("%s must not be a negative duration, got %s", c.source(name), d)
+	}
+}
+
 func (c *checks) oneOf(name, value string, allowed ...string) {
 	for _, a := range allowed {
 		if value == a {
@@ -146,6 +152,9 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.nonNegative("max-warmup-replicas", int64(cfg.MaxWarmupReplicas))
 	c.positiveDuration("probing-rebalance-interval", cfg.ProbingRebalanceInterval)
 	c.positiveDuration("max-task-idle", cfg.MaxTaskIdle)
+	c.nonNegativeDuration("grace", cfg.Grace)
+	c.nonEmpty("symbol-field", cfg.Fields.Symbol)
+	c.nonEmpty("price-field", cfg.Fields.Price)
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
 	c.positiveDuration("stall-timeout", cfg.StallTimeout)
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
@@ -179,5 +188,8 @@ func validateLoadgen(fs *flag.FlagSet, cfg *loadgen.Config, brokers []string) er
 	if cfg.AbortEvery > 0 && !cfg.Transactional {
 		c.fail("%s needs --transactional", c.source("abort-every"))
 	}
+	c.nonEmpty("symbol-field", cfg.Fields.Symbol)
+	c.nonEmpty("price-field", cfg.Fields.Price)
+	c.nonNegativeDuration("out-of-order", cfg.OutOfOrder)
 	return c.err()
 }

@@ -69,6 +69,9 @@ var exported = map[string]string{
 	"joiner_dead_letters_truncated_total": "counter",
 	"joiner_dead_letters_dropped_total":   "counter",
 	"joiner_output_blocked":               "gauge",
+	// The user's own records (issue 23).
+	"joiner_alert_field_conflicts_total": "counter",
+	"joiner_ticks_late_total":            "counter",
 }
 
 var (

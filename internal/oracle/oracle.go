@@ -19,6 +19,7 @@
 package oracle
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
+	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
@@ -56,6 +58,26 @@ type Config struct {
 	// instead of murmur2: about 1-1/partitions of them land outside their
 	// symbol's partition. Default: 0.
 	Misrouted float64
+
+	// Fields names the symbol and price members of what is produced (and
+	// read back). Default: symbol, price.
+	Fields record.Fields
+	// Shapes writes the notifications in loadgen's shapes in turn
+	// (loadgen.ShapedNotification: members of their own, nested values,
+	// long integers, escapes, members named like the join's), every
+	// seventh without an id; each has a "ref" member with its id, which
+	// the checker finds it by. Default: {"id","user","symbol","text"}.
+	Shapes bool
+	// Headers puts loadgen.NotificationHeaders on every notification (its
+	// traceparent unique). The checker compares every alert's headers with
+	// its notification's whenever the reader kept them.
+	Headers bool
+	// OutOfOrder holds about a third of the ticks back by a random delay
+	// up to OutOfOrder: such a tick is written after the ticks (and the
+	// notifications) up to that much newer than it, as producers with
+	// retries write. Default: 0, every tick of a round is written before
+	// its notifications.
+	OutOfOrder time.Duration
 }
 
 func (c *Config) defaults() {
@@ -90,15 +112,19 @@ type tick struct {
 	ts    int64
 	seq   int
 	price float64
+	acked int64 // when Kafka acknowledged it, by the clock (Unix ms)
 }
 
 type notification struct {
-	symbol string
-	ts     int64
+	symbol  string
+	ts      int64
+	value   []byte
+	headers []kafka.Header
 }
 
 // Workload is what was produced, the oracle's input.
 type Workload struct {
+	fields        record.Fields // of the notifications
 	mu            sync.Mutex
 	ticks         map[string][]tick
 	notifications map[string]notification
@@ -141,6 +167,37 @@ func (w *Workload) Expected(id string) (price float64, tsMs int64, ok bool) {
 	return best.price, best.ts, found
 }
 
+// AckedAfter reports whether a tick of notification id's symbol at or
+// before its time was acknowledged by Kafka more than grace after that
+// time by the clock: then a join after the market was confirmed at its
+// end the grace after the notification could not see it (the producer
+// fell behind its schedule), and the grace guarantees nothing.
+func (w *Workload) AckedAfter(id string, grace time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.notifications[id]
+	for _, t := range w.ticks[n.symbol] {
+		if t.ts <= n.ts && t.acked > n.ts+grace.Milliseconds() {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxTickDelay is the longest a tick was acknowledged after its
+// timestamp, by the clock.
+func (w *Workload) MaxTickDelay() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var d int64
+	for _, ts := range w.ticks {
+		for _, t := range ts {
+			d = max(d, t.acked-t.ts)
+		}
+	}
+	return time.Duration(d) * time.Millisecond
+}
+
 // Producer writes a workload. Build it with NewProducer; Run is single use.
 type Producer struct {
 	cfg    Config
@@ -169,7 +226,7 @@ func NewProducer(addrs []string, transport kafka.RoundTripper, topics Topics, cf
 			BatchTimeout: time.Millisecond,
 			MaxAttempts:  20,
 		},
-		wl: &Workload{ticks: map[string][]tick{}, notifications: map[string]notification{}},
+		wl: &Workload{fields: cfg.Fields, ticks: map[string][]tick{}, notifications: map[string]notification{}},
 	}
 }
 
@@ -247,8 +304,59 @@ func (p *Producer) Run(ctx context.Context) error {
 	}
 	start := time.Now().UnixMilli()
 	seq, nid := 0, 0
+	type heldTick struct {
+		symbol string
+		t      tick
+		due    int64 // written in the round whose span holds due
+	}
+	var held []heldTick
+	// written records the ticks written to the workload, in their order.
+	written := func(ticks []heldTick) {
+		now := time.Now().UnixMilli()
+		p.wl.mu.Lock()
+		for _, t := range ticks {
+			t.t.acked = now
+			p.wl.ticks[t.symbol] = append(p.wl.ticks[t.symbol], t.t)
+		}
+		p.wl.mu.Unlock()
+	}
+	tickMsg := func(t heldTick) kafka.Message {
+		return kafka.Message{Topic: p.topics.Market, Key: []byte(t.symbol), Time: time.UnixMilli(t.t.ts),
+			Value: c.Fields.AppendTick(nil, record.Tick{Symbol: t.symbol, Price: t.t.price})}
+	}
+	// dueBy takes the held ticks due before end, in the order held.
+	dueBy := func(end int64) []heldTick {
+		var out, keep []heldTick
+		for _, t := range held {
+			if t.due < end {
+				out = append(out, t)
+			} else {
+				keep = append(keep, t)
+			}
+		}
+		held = keep
+		return out
+	}
+	pace := func(until int64) error {
+		if wait := time.Until(time.UnixMilli(until)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		return nil
+	}
+	last := start - step // the previous round's base
 	for r := range c.Rounds {
 		base := start + int64(r)*step
+		if c.OutOfOrder > 0 {
+			// The timestamps follow the clock when the writes fall behind
+			// the schedule, so that a held tick is written about its delay
+			// after its time, not later.
+			base = max(last+step, time.Now().UnixMilli())
+		}
+		last = base
 		tickable := early
 		if r >= c.Rounds/2 {
 			tickable = slices.Concat(early, late)
@@ -263,22 +371,23 @@ func (p *Producer) Run(ctx context.Context) error {
 			ticks[i] = rec{tickable[rng.IntN(len(tickable))], base + rng.Int64N(step)}
 		}
 		sort.SliceStable(ticks, func(i, j int) bool { return ticks[i].ts < ticks[j].ts })
-		msgs := make([]kafka.Message, 0, len(ticks))
-		var newTicks []struct {
-			sym string
-			t   tick
-		}
+		var newTicks []heldTick
 		for _, t := range ticks {
 			seq++
-			price := float64(seq) + 0.25
-			msgs = append(msgs, kafka.Message{
-				Topic: p.topics.Market, Key: []byte(t.symbol), Time: time.UnixMilli(t.ts),
-				Value: record.AppendTick(nil, record.Tick{Symbol: t.symbol, Price: price}),
-			})
-			newTicks = append(newTicks, struct {
-				sym string
-				t   tick
-			}{t.symbol, tick{t.ts, seq, price}})
+			h := heldTick{t.symbol, tick{ts: t.ts, seq: seq, price: float64(seq) + 0.25}, t.ts}
+			if c.OutOfOrder > 0 && rng.IntN(3) == 0 {
+				h.due = t.ts + 1 + rng.Int64N(c.OutOfOrder.Milliseconds())
+				held = append(held, h)
+				continue
+			}
+			newTicks = append(newTicks, h)
+		}
+		// The held ticks due in this round's span first: each is written
+		// after the ticks older than the round, at most OutOfOrder newer.
+		newTicks = append(dueBy(base+step), newTicks...)
+		msgs := make([]kafka.Message, 0, len(newTicks))
+		for _, t := range newTicks {
+			msgs = append(msgs, tickMsg(t))
 		}
 		// Notifications of the round, in timestamp order; every third
 		// takes the symbol and exact timestamp of one of the round's ticks.
@@ -300,31 +409,38 @@ func (p *Producer) Run(ctx context.Context) error {
 			nid++
 			id := fmt.Sprintf("%s-%d", c.IDPrefix, nid)
 			ids = append(ids, id)
-			m := kafka.Message{
-				Topic: p.topics.Notifications, Key: []byte(n.symbol), Time: time.UnixMilli(n.ts),
-				Value: record.AppendNotification(nil, &record.Notification{ID: id, User: fmt.Sprintf("u-%d", nid%97), Symbol: n.symbol, Text: fmt.Sprintf("round %d", r)}),
+			note := record.Notification{ID: id, User: fmt.Sprintf("u-%d", nid%97), Symbol: n.symbol, Text: fmt.Sprintf("round %d", r)}
+			m := kafka.Message{Topic: p.topics.Notifications, Key: []byte(n.symbol), Time: time.UnixMilli(n.ts)}
+			if c.Shapes {
+				if nid%7 == 3 {
+					note.ID = ""
+				}
+				m.Value = loadgen.ShapedNotification(nil, &note, c.Fields, nid, id)
+			} else {
+				m.Value = c.Fields.AppendNotification(nil, &note)
+			}
+			if c.Headers {
+				m.Headers = loadgen.NotificationHeaders(nid)
 			}
 			if c.Misrouted > 0 && rng.Float64() < c.Misrouted {
-				m.Headers = []kafka.Header{{Key: misrouteHeader, Value: []byte("crc32")}}
+				m.Headers = append(m.Headers, kafka.Header{Key: misrouteHeader, Value: []byte("crc32")})
 				crc = append(crc, id)
 			}
 			nmsgs = append(nmsgs, m)
 		}
 
-		if err := p.w.WriteMessages(ctx, msgs...); err != nil {
-			return fmt.Errorf("oracle: round %d: write ticks: %w", r, err)
+		if len(msgs) > 0 {
+			if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+				return fmt.Errorf("oracle: round %d: write ticks: %w", r, err)
+			}
 		}
-		p.wl.mu.Lock()
-		for _, t := range newTicks {
-			p.wl.ticks[t.sym] = append(p.wl.ticks[t.sym], t.t)
-		}
-		p.wl.mu.Unlock()
+		written(newTicks)
 		if err := p.w.WriteMessages(ctx, nmsgs...); err != nil {
 			return fmt.Errorf("oracle: round %d: write notifications: %w", r, err)
 		}
 		p.wl.mu.Lock()
 		for i, id := range ids {
-			p.wl.notifications[id] = notification{notes[i].symbol, notes[i].ts}
+			p.wl.notifications[id] = notification{notes[i].symbol, notes[i].ts, nmsgs[i].Value, nmsgs[i].Headers}
 		}
 		p.wl.ids = append(p.wl.ids, ids...)
 		p.wl.misrouted = append(p.wl.misrouted, crc...)
@@ -333,12 +449,25 @@ func (p *Producer) Run(ctx context.Context) error {
 		p.mu.Lock()
 		p.done++
 		p.mu.Unlock()
-		if wait := time.Until(time.UnixMilli(base + step)); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
+		if err := pace(base + step); err != nil {
+			return err
+		}
+	}
+	// The ticks still held, each in the span it is due in.
+	for base := last + step; len(held) > 0; base += step {
+		due := dueBy(base + step)
+		if len(due) > 0 {
+			msgs := make([]kafka.Message, 0, len(due))
+			for _, t := range due {
+				msgs = append(msgs, tickMsg(t))
 			}
+			if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+				return fmt.Errorf("oracle: write held ticks: %w", err)
+			}
+			written(due)
+		}
+		if err := pace(base + step); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -350,40 +479,177 @@ type Report struct {
 	Alerts        int // alert records of this workload read back
 	Lost          int // notifications without an alert
 	Wrong         int // alerts whose price or result is not the as-of one
-	Duplicates    int // alert records beyond the first per notification
+	// Mismatched are alerts whose members are not their notification's
+	// object followed by the join's (renamed as the README's conflict rule
+	// says), or whose headers (when read) are not their notification's.
+	Mismatched int
+	Duplicates int // alert records beyond the first per notification
 	// DuplicatesDiffering are duplicates that differ from the first copy in
 	// a field other than the worker.
 	DuplicatesDiffering int
 	Results             map[record.Result]int // of first copies
+	// WrongIDs are the notifications of the wrong alerts.
+	WrongIDs []string
 	// Examples of wrong or differing alerts, a few at most.
 	Examples []string
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("notifications=%d alerts=%d lost=%d wrong=%d duplicates=%d duplicates_differing=%d results=%v",
-		r.Notifications, r.Alerts, r.Lost, r.Wrong, r.Duplicates, r.DuplicatesDiffering, r.Results)
+	return fmt.Sprintf("notifications=%d alerts=%d lost=%d wrong=%d mismatched=%d duplicates=%d duplicates_differing=%d results=%v",
+		r.Notifications, r.Alerts, r.Lost, r.Wrong, r.Mismatched, r.Duplicates, r.DuplicatesDiffering, r.Results)
 }
 
 // Check compares alerts (alert record values, in the order read) with the
-// workload's notifications ids.
+// workload's notifications ids, without their headers.
 func (w *Workload) Check(ids []string, alerts [][]byte) Report {
+	return w.CheckWith(ids, alerts, nil)
+}
+
+// member is one member of a JSON object as encoding/json reads it: its
+// unescaped name and its value's bytes as written.
+type member struct {
+	name string
+	raw  string
+}
+
+// members decodes the top-level object of b with encoding/json into its
+// members, in order.
+func members(b []byte) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("not a JSON object: %v", err)
+	}
+	var out []member
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		out = append(out, member{k.(string), string(raw)})
+	}
+	_, err := dec.Token()
+	return out, err
+}
+
+// joinMembers are the names of the members the join adds.
+var joinMembers = []string{"notification_ts_ms", "price", "price_ts_ms", "result", "worker"}
+
+// renamed is the notification's members as its alert must carry them:
+// one named like a join member gets "notification_" before its name
+// until no member of the notification has it.
+func renamed(ms []member) []member {
+	names := map[string]bool{}
+	for _, m := range ms {
+		names[m.name] = true
+	}
+	out := slices.Clone(ms)
+	for i := range out {
+		if slices.Contains(joinMembers, out[i].name) {
+			for names[out[i].name] || slices.Contains(joinMembers, out[i].name) {
+				out[i].name = "notification_" + out[i].name
+			}
+		}
+	}
+	return out
+}
+
+// alertOf splits an alert's members into its notification's (every
+// member before the join's) and the join's, decoded into a: its result,
+// price, times and worker, with id and the symbol (the member named
+// symbolField).
+func alertOf(ms []member, symbolField string) (a record.Alert, notified []member, err error) {
+	k := len(ms)
+	for k > 0 && slices.Contains(joinMembers, ms[k-1].name) {
+		k--
+	}
+	var names []string
+	for _, m := range ms[k:] {
+		names = append(names, m.name)
+		var dst any
+		switch m.name {
+		case "notification_ts_ms":
+			dst = &a.NotificationTsMs
+		case "price":
+			dst = &a.Price
+		case "price_ts_ms":
+			dst = &a.PriceTsMs
+		case "result":
+			dst = &a.Result
+		case "worker":
+			dst = &a.Worker
+		}
+		if err := json.Unmarshal([]byte(m.raw), dst); err != nil {
+			return a, nil, fmt.Errorf("member %s: %w", m.name, err)
+		}
+	}
+	want := []string{"notification_ts_ms", "price", "price_ts_ms", "result", "worker"}
+	if a.Price == nil {
+		want = []string{"notification_ts_ms", "result", "worker"}
+	}
+	if !slices.Equal(names, want) {
+		return a, nil, fmt.Errorf("the join's members are %q, want %q", names, want)
+	}
+	for _, m := range ms[:k] {
+		var str string
+		switch {
+		case m.name == "ref" || (m.name == "id" && a.ID == ""):
+			if json.Unmarshal([]byte(m.raw), &str) == nil {
+				a.ID = str
+			}
+		case m.name == symbolField:
+			if json.Unmarshal([]byte(m.raw), &str) == nil {
+				a.Symbol = str
+			}
+		}
+	}
+	return a, ms[:k], nil
+}
+
+// CheckWith is Check with the headers of each alert (headers[i] those of
+// alerts[i]; nil: not read, not checked).
+func (w *Workload) CheckWith(ids []string, alerts [][]byte, headers [][]kafka.Header) Report {
 	rep := Report{Notifications: len(ids), Results: map[record.Result]int{}}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
+	symbolField := w.fields.WithDefaults().Symbol
 	first := map[string]record.Alert{}
 	example := func(format string, args ...any) {
 		if len(rep.Examples) < 5 {
 			rep.Examples = append(rep.Examples, fmt.Sprintf(format, args...))
 		}
 	}
-	for _, v := range alerts {
-		var a record.Alert
-		if err := json.Unmarshal(v, &a); err != nil || !want[a.ID] {
+	for i, v := range alerts {
+		ms, err := members(v)
+		if err != nil {
+			continue
+		}
+		a, notified, err := alertOf(ms, symbolField)
+		if !want[a.ID] {
 			continue
 		}
 		rep.Alerts++
+		w.mu.Lock()
+		n := w.notifications[a.ID]
+		w.mu.Unlock()
+		// Member by member, and header by header.
+		nms, nerr := members(n.value)
+		switch {
+		case err != nil:
+			rep.Mismatched++
+			example("%s: %v: %s", a.ID, err, v)
+		case nerr != nil || !slices.Equal(notified, renamed(nms)):
+			rep.Mismatched++
+			example("%s: the alert %s does not carry its notification %s", a.ID, v, n.value)
+		case headers != nil && !slices.EqualFunc(headers[i], n.headers, func(x, y kafka.Header) bool { return x.Key == y.Key && bytes.Equal(x.Value, y.Value) }):
+			rep.Mismatched++
+			example("%s: alert headers %v, want its notification's %v", a.ID, headers[i], n.headers)
+		}
 		if f, dup := first[a.ID]; dup {
 			rep.Duplicates++
 			g := a
@@ -397,9 +663,7 @@ func (w *Workload) Check(ids []string, alerts [][]byte) Report {
 		first[a.ID] = a
 		rep.Results[a.Result]++
 		price, ts, ok := w.Expected(a.ID)
-		w.mu.Lock()
-		n := w.notifications[a.ID]
-		w.mu.Unlock()
+		wrong := rep.Wrong
 		switch {
 		case a.Symbol != n.symbol || a.NotificationTsMs != n.ts:
 			rep.Wrong++
@@ -410,6 +674,9 @@ func (w *Workload) Check(ids []string, alerts [][]byte) Report {
 		case ok && (a.Result != record.ResultLocal && a.Result != record.ResultRemote || a.Price == nil || *a.Price != price || a.PriceTsMs != ts):
 			rep.Wrong++
 			example("%s (%s at %d): %s, want price %v from %d", a.ID, n.symbol, n.ts, alertString(a), price, ts)
+		}
+		if rep.Wrong > wrong {
+			rep.WrongIDs = append(rep.WrongIDs, a.ID)
 		}
 	}
 	for _, id := range ids {
@@ -443,8 +710,9 @@ func alertString(a record.Alert) string {
 // AlertReader reads a topic from its start, every partition, accumulating
 // the record values (demo's TopicReader does the reading).
 type AlertReader struct {
-	r      *demo.TopicReader
-	values [][]byte
+	r       *demo.TopicReader
+	values  [][]byte
+	headers [][]kafka.Header
 }
 
 // NewAlertReader reads topic, which has partitions partitions, with client.
@@ -455,7 +723,10 @@ func NewAlertReader(client *kafka.Client, topic string, partitions int) *AlertRe
 // Poll reads what is new in every partition, without waiting for more.
 func (r *AlertReader) Poll(ctx context.Context) error {
 	for {
-		n, err := r.r.Poll(ctx, func(_ kafka.Record, v []byte) { r.values = append(r.values, v) })
+		n, err := r.r.Poll(ctx, func(rec kafka.Record, v []byte) {
+			r.values = append(r.values, v)
+			r.headers = append(r.headers, rec.Headers)
+		})
 		if err != nil || n == 0 {
 			return err
 		}
@@ -473,7 +744,7 @@ func (w *Workload) WaitComplete(ctx context.Context, r *AlertReader, ids []strin
 		if err := r.Poll(ctx); err != nil {
 			return Report{}, err
 		}
-		rep := w.Check(ids, r.Values())
+		rep := w.CheckWith(ids, r.Values(), r.headers)
 		if rep.Lost == 0 || time.Now().After(deadline) {
 			return rep, nil
 		}

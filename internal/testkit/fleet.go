@@ -168,6 +168,7 @@ func (f *Fleet) Totals() join.Stats {
 		t.Restores += s.Restores
 		t.MovedTotal += s.MovedTotal
 		t.Misrouted += s.Misrouted
+		t.TicksLate += s.TicksLate
 	}
 	for _, n := range f.Workers() {
 		add(n.Processor().Stats())
