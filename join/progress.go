@@ -137,6 +137,11 @@ func (w *Processor) checkProgress(ctx context.Context, now time.Time) {
 		current := w.procs[t.p] == t
 		if current {
 			w.metrics.TaskLag.WithLabelValues(taskLabel(t.p)).Set(float64(lag))
+			if !t.prog.init {
+				// Exported at 0 from the task's first reading on, so a
+				// dashboard and JoinerTaskStalled see the series.
+				w.metrics.TaskStalled.WithLabelValues(taskLabel(t.p)).Set(0)
+			}
 			t.counters.nLag.Store(lag)
 		}
 		w.mu.RUnlock()
