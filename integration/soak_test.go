@@ -20,10 +20,11 @@ import (
 // (default 5m) under a steady load, with a history retention short enough
 // (20 s) that every task prunes its history every second, hundreds of
 // times. Every 10 s it samples each worker's RSS and CPU time
-// (/proc/<pid>/status and stat), Go heap in use (/metrics) and state-dir
-// bytes. It asserts that they plateau: over the last third of the run the
-// peaks of RSS and disk and the median heap are less than 10% above those
-// of the middle third (plus a little slack for sizes of a few MB), and the
+// (/proc/<pid>/status and stat), Go heap (/metrics: in use, and the
+// collector's goal) and state-dir bytes. It asserts that they plateau:
+// over the last third of the run the peaks of RSS and disk and the median
+// heap goal are less than 10% above those of the middle third (plus a
+// little slack for sizes of a few MB), and the
 // CPU per record produced is within 20% of the middle third's; and that
 // every alert is exact (the oracle). A prune that left a range deletion per symbol per
 // second grew a worker's heap from 4.5 to 450 MB in 390 s.
@@ -148,9 +149,14 @@ func checkOracle(ctx context.Context, t *testing.T, c *cluster, p *oracle.Produc
 
 // soakSample is one worker at one time.
 type soakSample struct {
-	at      time.Time
-	rss     int64 // bytes
-	heap    int64 // go_memstats_heap_inuse_bytes
+	at   time.Time
+	rss  int64 // bytes
+	heap int64 // go_memstats_heap_inuse_bytes
+	// goal is go_memstats_next_gc_bytes: the live heap the last collection
+	// left, times 1 + GOGC/100. Unlike the heap in use, which rises and
+	// falls with each GC cycle (between about 10 and 30 MB here), it moves
+	// only when the live heap does, so it is what the plateau is judged on.
+	goal    int64
 	disk    int64 // bytes under the state dir
 	cpu     time.Duration
 	records int64 // ticks and notifications produced so far
@@ -164,8 +170,8 @@ func (s soakSample) String() string {
 	if s.recordsDelta > 0 {
 		per = fmt.Sprintf("%.1fµs", float64(s.cpuDelta.Nanoseconds())/1e3/float64(s.recordsDelta))
 	}
-	return fmt.Sprintf("rss=%.1fMB heap=%.1fMB disk=%.1fMB cpu=%s (%s per record, %d records)",
-		float64(s.rss)/1e6, float64(s.heap)/1e6, float64(s.disk)/1e6, s.cpu.Round(10*time.Millisecond), per, s.recordsDelta)
+	return fmt.Sprintf("rss=%.1fMB heap=%.1fMB heap_goal=%.1fMB disk=%.1fMB cpu=%s (%s per record, %d records)",
+		float64(s.rss)/1e6, float64(s.heap)/1e6, float64(s.goal)/1e6, float64(s.disk)/1e6, s.cpu.Round(10*time.Millisecond), per, s.recordsDelta)
 }
 
 // sampleWorker reads w's RSS and CPU time from /proc, its Go heap from
@@ -202,7 +208,9 @@ func sampleWorker(t *testing.T, w *worker) soakSample {
 		t.Fatalf("%s: /proc/%d/stat %q: %v %v", w.id, pid, stat, err1, err2)
 	}
 	s.cpu = time.Duration(utime+stime) * 10 * time.Millisecond
-	s.heap = int64(w.metricsOf(t).Sum("go_memstats_heap_inuse_bytes"))
+	m := w.metricsOf(t)
+	s.heap = int64(m.Sum("go_memstats_heap_inuse_bytes"))
+	s.goal = int64(m.Sum("go_memstats_next_gc_bytes"))
 	err = filepath.WalkDir(w.stateDir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if os.IsNotExist(err) {
@@ -222,9 +230,11 @@ func sampleWorker(t *testing.T, w *worker) soakSample {
 }
 
 // assertSoakPlateau fails t unless the worker's RSS and disk peaks and its
-// median Go heap (in use, sampled at any point of the GC cycle: its peaks
-// are noise) over the last third of samples are within 10% (plus slack)
-// of those over the middle third, and its CPU per record within 20%.
+// median Go heap goal (soakSample.goal: the heap in use, sampled at any
+// point of the GC cycle, is logged but too noisy to judge: one run's
+// medians were 23.3 and 28.8 MB with a level RSS) over the last third of
+// samples are within 10% (plus slack) of those over the middle third, and
+// its CPU per record within 20%.
 func assertSoakPlateau(t *testing.T, id string, samples []soakSample) {
 	t.Helper()
 	third := len(samples) / 3
@@ -263,7 +273,7 @@ func assertSoakPlateau(t *testing.T, id string, samples []soakSample) {
 		slack float64
 	}{
 		{"RSS peak", peak, func(s soakSample) int64 { return s.rss }, 4 * mb},
-		{"median Go heap", median, func(s soakSample) int64 { return s.heap }, 2 * mb},
+		{"median Go heap goal", median, func(s soakSample) int64 { return s.goal }, 3 * mb},
 		{"state dir peak", peak, func(s soakSample) int64 { return s.disk }, 2 * mb},
 	} {
 		m, l := c.of(mid, c.f), c.of(last, c.f)
