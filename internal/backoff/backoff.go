@@ -5,6 +5,7 @@ package backoff
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -70,4 +71,66 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// permanent marks an error that Do returns at once instead of retrying.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent wraps err so that Do stops and returns err (unwrapped) instead
+// of retrying: an error no retry can fix, such as a bad configuration.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// Do calls fn until it returns nil, returns an error made with Permanent,
+// or ctx ends, sleeping p.Delay between attempts. It is the one retry loop
+// of the project: a hand-written loop says why it is not this one.
+//
+// After a failed attempt, onErr (when not nil) is called with the attempt
+// number (0 for the first), the error and the delay before the next
+// attempt; it logs or counts, and a non-nil error from it stops Do with
+// that error (to give up after some attempts, say). onErr is not called
+// for a Permanent error.
+//
+// Do returns nil once fn succeeds; the Permanent error's cause; onErr's
+// error; or, when ctx ends first, ctx.Err() wrapped with the last
+// attempt's error, so errors.Is finds both.
+func Do(ctx context.Context, p Policy, onErr func(attempt int, err error, next time.Duration) error, fn func(ctx context.Context) error) error {
+	var last error
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return withLast(err, last)
+		}
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if pe, ok := err.(permanent); ok {
+			return pe.err
+		}
+		last = err
+		d := p.Delay(attempt)
+		if onErr != nil {
+			if stop := onErr(attempt, err, d); stop != nil {
+				return stop
+			}
+		}
+		if err := Sleep(ctx, d); err != nil {
+			return withLast(err, last)
+		}
+	}
+}
+
+func withLast(ctxErr, last error) error {
+	if last == nil {
+		return ctxErr
+	}
+	return fmt.Errorf("%w (last attempt: %w)", ctxErr, last)
 }

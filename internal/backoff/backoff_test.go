@@ -2,6 +2,7 @@ package backoff
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/quick"
 	"time"
@@ -80,4 +81,67 @@ func TestSleep(t *testing.T) {
 	if err := Sleep(ctx, 0); err != context.Canceled {
 		t.Fatalf("Sleep(0) on a cancelled context = %v", err)
 	}
+}
+
+func TestDo(t *testing.T) {
+	fast := Policy{Min: time.Microsecond, Max: time.Microsecond}
+	errBoom := errors.New("boom")
+	errStop := errors.New("stop")
+	t.Run("retries until success", func(t *testing.T) {
+		calls, seen := 0, []int{}
+		err := Do(context.Background(), fast, func(attempt int, err error, next time.Duration) error {
+			if !errors.Is(err, errBoom) || next <= 0 {
+				t.Errorf("onErr(%d, %v, %v)", attempt, err, next)
+			}
+			seen = append(seen, attempt)
+			return nil
+		}, func(context.Context) error {
+			calls++
+			if calls < 3 {
+				return errBoom
+			}
+			return nil
+		})
+		if err != nil || calls != 3 || len(seen) != 2 || seen[0] != 0 || seen[1] != 1 {
+			t.Fatalf("err %v, calls %d, onErr attempts %v; want nil, 3, [0 1]", err, calls, seen)
+		}
+	})
+	t.Run("permanent stops at once", func(t *testing.T) {
+		calls := 0
+		err := Do(context.Background(), fast, func(int, error, time.Duration) error {
+			t.Error("onErr called for a permanent error")
+			return nil
+		}, func(context.Context) error { calls++; return Permanent(errBoom) })
+		if err != errBoom || calls != 1 {
+			t.Fatalf("err %v calls %d; want boom, 1", err, calls)
+		}
+		if Permanent(nil) != nil {
+			t.Fatal("Permanent(nil) != nil")
+		}
+	})
+	t.Run("onErr gives up", func(t *testing.T) {
+		calls := 0
+		err := Do(context.Background(), fast, func(attempt int, err error, _ time.Duration) error {
+			if attempt == 4 {
+				return errStop
+			}
+			return nil
+		}, func(context.Context) error { calls++; return errBoom })
+		if err != errStop || calls != 5 {
+			t.Fatalf("err %v calls %d; want stop, 5", err, calls)
+		}
+	})
+	t.Run("context ends", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		err := Do(ctx, Policy{Min: time.Hour, Max: time.Hour}, nil, func(context.Context) error {
+			cancel()
+			return errBoom
+		})
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, errBoom) {
+			t.Fatalf("err %v; want both context.Canceled and boom", err)
+		}
+		if err := Do(ctx, fast, nil, func(context.Context) error { t.Error("fn called after cancel"); return nil }); err != context.Canceled {
+			t.Fatalf("err %v; want context.Canceled", err)
+		}
+	})
 }
