@@ -248,8 +248,8 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRecord) ([]deadLetter, error) {
 	w := t.w
 	parts, past := w.mapping()
-	if w.repartitioning(parts) {
-		return nil, fmt.Errorf("%w: %w", errLookup, errRepartitioning)
+	if err := t.planReady(ctx, parts, recs); err != nil {
+		return nil, err
 	}
 	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
 	mark := e.mark()

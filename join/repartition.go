@@ -169,13 +169,18 @@ func (w *Processor) checkGrowth(ctx context.Context) {
 			counts[t.Name] = len(t.Partitions)
 		}
 	}
-	grown := counts[w.cfg.Topics.Market] > parts && counts[w.cfg.Topics.Notifications] > parts
-	switch was := w.grownFrom.Load() == int64(parts); {
-	case grown && !was:
-		w.grownFrom.Store(int64(parts))
+	if counts[w.cfg.Topics.Market] > parts && counts[w.cfg.Topics.Notifications] > parts {
+		w.noteGrowth(parts, counts)
+	}
+}
+
+// noteGrowth records that both input topics were seen with more
+// partitions (counts) than the plan of parts: joins wait for the replan.
+// (Counts never shrink, and a new plan has another count: nothing resets
+// it.)
+func (w *Processor) noteGrowth(parts int, counts map[string]int) {
+	if w.grownFrom.Swap(int64(parts)) != int64(parts) {
 		w.log.Warn("partitions were added to both input topics; joins wait for the group's replan", "planned", parts, "counts", counts)
-	case !grown && was:
-		w.grownFrom.Store(0)
 	}
 }
 

@@ -98,6 +98,18 @@ func (f *metaFetcher) Metadata(_ context.Context, req *kafka.MetadataRequest) (*
 	return res, nil
 }
 
+// PartitionCounts reads the same counts, as a broker would uncached
+// (planconfirm.go).
+func (f *metaFetcher) PartitionCounts(_ context.Context, topics ...string) (map[string]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for _, t := range topics {
+		out[t] = f.counts
+	}
+	return out, nil
+}
+
 // TestJoinsWaitForTheReplan: both topics grew from 2 to 3 partitions and
 // producers switched one by one: a tick of a moved symbol was written with
 // the new count (to its new partition) before a notification of it

@@ -130,6 +130,12 @@ type Config struct {
 	// like the catch-up of a task that stayed, applies its batches.
 	// Default: DefaultBulkRestoreMin; negative: never.
 	BulkRestoreMin int64
+	// PartitionCheckInterval is the least time between two reads of the
+	// input topics' partition counts that confirm the plan for the
+	// notifications about to be joined (planconfirm.go): a live
+	// notification waits for the next one. Default:
+	// DefaultPartitionCheckInterval.
+	PartitionCheckInterval time.Duration
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client
 	// StartOffset is where a notifications partition with no committed
@@ -198,6 +204,11 @@ type Processor struct {
 	// grownFrom is the partition count of the current plan once both
 	// input topics were seen with more (checkGrowth), else 0.
 	grownFrom atomic.Int64
+	// confirm confirms the plan's partition counts for the notifications
+	// joined (planconfirm.go), nil when the client cannot; rounds are its
+	// goroutines.
+	confirm *planConfirm
+	rounds  sync.WaitGroup
 	cancels   map[any]context.CancelFunc
 	tasks     sync.WaitGroup
 
@@ -253,6 +264,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.RemoteTimeout, 5*time.Second)
 	defDur(&c.HistoryRetention, time.Hour)
 	defDur(&c.StallTimeout, time.Minute)
+	defDur(&c.PartitionCheckInterval, DefaultPartitionCheckInterval)
 	if c.BulkRestoreMin == 0 {
 		c.BulkRestoreMin = restoreLoadMin
 	}
@@ -294,6 +306,10 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	w.metrics = NewMetrics(reg)
 	w.registerFaultMetrics(reg)
 	w.loadPartitionCounts()
+	var err error
+	if w.confirm, err = newPlanConfirm(cfg.Client, cfg.PartitionCheckInterval); err != nil {
+		w.log.Error("cannot read the input topics' partition counts uncached; joins are not held for a partition change the cached metadata does not show yet", "err", err)
+	}
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
 	return w, nil
 }
@@ -328,6 +344,9 @@ func (w *Processor) Run(ctx context.Context, m Membership) error {
 	w.stopAll()
 	stopCommitter()
 	wg.Wait()
+	cancelTasks() // a confirmation round may still wait (planconfirm.go)
+	w.rounds.Wait()
+	w.confirm.close()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("worker %s: %w", w.cfg.InstanceID, err)
 	}
