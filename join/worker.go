@@ -204,11 +204,6 @@ type Processor struct {
 	// grownFrom is the partition count of the current plan once both
 	// input topics were seen with more (checkGrowth), else 0.
 	grownFrom atomic.Int64
-	// confirm confirms the plan's partition counts for the notifications
-	// joined (planconfirm.go), nil when the client cannot; rounds are its
-	// goroutines.
-	confirm *planConfirm
-	rounds  sync.WaitGroup
 	cancels   map[any]context.CancelFunc
 	tasks     sync.WaitGroup
 
@@ -220,6 +215,12 @@ type Processor struct {
 	committed       map[string]map[int]int64 // last successful commit; guarded by commitMu
 
 	statusState // taskstatus.go
+
+	// confirm confirms the plan's partition counts for the notifications
+	// joined (planconfirm.go), nil when the client cannot; rounds are its
+	// goroutines.
+	confirm *planConfirm
+	rounds  sync.WaitGroup
 }
 
 func isKafkaWriterWithTopic(w Writer) bool {
