@@ -242,6 +242,7 @@ func computePlan(in planInput) (planOutput, error) {
 	for _, ts := range out.Warmup {
 		out.Warmups += len(ts)
 	}
+	past := pastCounts(members, partitions)
 	for _, m := range members {
 		ud, err := encodeAssignment(assignmentData{
 			Moved:      out.Moved,
@@ -251,6 +252,7 @@ func computePlan(in planInput) (planOutput, error) {
 			Owners:     owners,
 			Standby:    out.Standby[m.InstanceID],
 			Warmup:     out.Warmup[m.InstanceID],
+			Past:       past,
 		})
 		if err != nil {
 			return planOutput{}, err
@@ -264,6 +266,28 @@ func computePlan(in planInput) (planOutput, error) {
 		out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: assigned, UserData: ud}
 	}
 	return out, nil
+}
+
+// pastCounts returns the partition counts below partitions that any
+// member reported having been planned with (subscription version 4),
+// ascending: the group's partition count history, which every member
+// receives (Assignment.PastPartitions). Counts at or above partitions are
+// left out (a topic recreated with fewer partitions: their tasks do not
+// exist).
+func pastCounts(members []joinedMember, partitions int) []int {
+	var past []int
+	for _, m := range members {
+		for _, n := range m.Sub.Planned {
+			if n >= 1 && n < partitions {
+				past = append(past, n)
+			}
+		}
+	}
+	past = normalizeTasks(past)
+	if len(past) > maxPlannedCounts {
+		past = past[len(past)-maxPlannedCounts:]
+	}
+	return past
 }
 
 // haInputs collects the standbys the members reported and, when the end

@@ -157,3 +157,32 @@ func allTasks(gen int32, n int) group.Assignment {
 	a.Partitions = n
 	return a
 }
+
+// TestPastCountsFromTheGroup: a worker on new state dirs (no recorded
+// counts) learns the counts planned before from the group's assignment
+// (group.Assignment.PastPartitions), looks a moved symbol up in its task
+// under them, and records them.
+func TestPastCountsFromTheGroup(t *testing.T) {
+	r := newFakeRig(t)
+	s := movedSymbol(t, 2, 3)
+	oldP, newP := SymbolTask(s, 2), SymbolTask(s, 3)
+	r.f.produce("market", oldP, 1000, s, tickJSON(s, 7))
+	a := allTasks(1, 3)
+	a.PastPartitions = []int{2}
+	r.w.Assigned(context.Background(), a)
+	r.f.produce("notifications", newP, 2000, s, noteJSON("n", s))
+	waitFor(t, "the alert", func() bool { return len(r.out.byTopic("alerts")) == 1 })
+	var al record.Alert
+	if err := json.Unmarshal(r.out.byTopic("alerts")[0].Value, &al); err != nil {
+		t.Fatal(err)
+	}
+	if al.Price == nil || *al.Price != 7 || al.PriceTsMs != 1000 {
+		t.Errorf("alert %s: want the price 7 from 1000, in task %d under the past count 2", r.out.byTopic("alerts")[0].Value, oldP)
+	}
+	if got := r.w.PlannedPartitions(); !slices.Equal(got, []int{2, 3}) {
+		t.Errorf("planned %v, want [2 3]", got)
+	}
+	if got, err := r.w.cfg.Stores.PartitionCounts(); err != nil || !slices.Equal(got, []int{2, 3}) {
+		t.Errorf("recorded %v (%v), want [2 3]", got, err)
+	}
+}

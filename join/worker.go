@@ -568,7 +568,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 		}
 	}
 	w.mu.Lock()
-	w.notePartitionsLocked(a.Partitions, a.Error)
+	w.notePartitionsLocked(a.Partitions, a.PastPartitions, a.Error)
 	w.assigned = true
 	w.assignment = a
 	w.handover = nil

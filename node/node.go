@@ -294,6 +294,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Handler:                  n.worker,
 		Owned:                    n.worker.Owned,
 		Held:                     n.worker.Held,
+		PartitionCounts:          n.worker.PlannedPartitions,
 		Logger:                   cfg.Logger,
 	})
 	if err != nil {
