@@ -58,7 +58,7 @@ import (
 
 // DefaultPartitionCheckInterval is the default of
 // Config.PartitionCheckInterval.
-const DefaultPartitionCheckInterval = 100 * time.Millisecond
+const DefaultPartitionCheckInterval = 10 * time.Millisecond
 
 // partitionCountTimeout bounds one confirmation round.
 const partitionCountTimeout = 5 * time.Second
@@ -148,6 +148,7 @@ func (t *processTask) confirmPlan(ctx context.Context, parts int, recs []fetched
 	if g := w.cfg.Grace; g > 0 {
 		due = time.UnixMilli(maxTs(recs)).Add(g)
 	}
+	begin := time.Now()
 	for attempt := 0; ; attempt++ {
 		c.mu.Lock()
 		r, rerr, flight := c.last, c.lastErr, c.inFlight
@@ -158,9 +159,9 @@ func (t *processTask) confirmPlan(ctx context.Context, parts int, recs []fetched
 		if attempt > 0 && rerr != nil {
 			return fmt.Errorf("%w: %w: %w", errLookup, errPlanUnconfirmed, rerr)
 		}
-		if attempt >= 3 || time.Until(due) > time.Second {
-			// Rounds keep missing this batch (it was written after each),
-			// or its grace is far ahead: retried later.
+		if time.Since(begin) > c.interval+partitionCountTimeout || time.Until(due) > time.Second {
+			// No round covered this batch in that time, or its grace is
+			// far ahead: retried later.
 			return fmt.Errorf("%w: %w (notification offset %d of partition %d not yet covered)", errLookup, errPlanUnconfirmed, off, t.p)
 		}
 		if flight == nil {

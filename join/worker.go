@@ -35,6 +35,7 @@
 //	process.go   process tasks: decode, hold, join every notification of a batch
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
 //	repartition.go  partition count changes: a moved symbol's earlier tasks are asked too
+//	planconfirm.go  no join before an uncached read confirmed the plan's partition counts
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
 //	gate.go      a process task's gate, closed when the task is revoked

@@ -108,6 +108,9 @@ type Config struct {
 	CommitInterval           time.Duration
 	// StallTimeout: see join.Config.StallTimeout. Default: 1m.
 	StallTimeout time.Duration
+	// PartitionCheckInterval: see join.Config.PartitionCheckInterval.
+	// Default: join.DefaultPartitionCheckInterval.
+	PartitionCheckInterval time.Duration
 	// Fields and Grace: see join.Config.Fields and join.Config.Grace.
 	Fields record.Fields
 	Grace  time.Duration
@@ -271,6 +274,8 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		StartOffset:      cfg.StartOffset,
 		Registerer:       n.reg,
 		Logger:           cfg.Logger,
+
+		PartitionCheckInterval: cfg.PartitionCheckInterval,
 	})
 	if err != nil {
 		return nil, err
