@@ -80,6 +80,7 @@ type metaFetcher struct {
 	*fakeFetcher
 	mu     sync.Mutex
 	counts int
+	market int // the market's count when set, else counts
 }
 
 func (f *metaFetcher) setCount(n int) {
@@ -106,6 +107,9 @@ func (f *metaFetcher) PartitionCounts(_ context.Context, topics ...string) (map[
 	out := map[string]int{}
 	for _, t := range topics {
 		out[t] = f.counts
+		if t == "market" && f.market > 0 {
+			out[t] = f.market
+		}
 	}
 	return out, nil
 }
@@ -184,5 +188,42 @@ func TestPastCountsFromTheGroup(t *testing.T) {
 	}
 	if got, err := r.w.cfg.Stores.PartitionCounts(); err != nil || !slices.Equal(got, []int{2, 3}) {
 		t.Errorf("recorded %v (%v), want [2 3]", got, err)
+	}
+}
+
+// TestMarketGrownAloneHoldsJoins: the market topic went from 2 to 3
+// partitions alone, and a tick producer on the new count wrote a moved
+// symbol's tick where no task under 2 reads. No join until the
+// notifications topic has 3 partitions too and the group replans; then
+// the notification gets that tick's price.
+func TestMarketGrownAloneHoldsJoins(t *testing.T) {
+	var mf *metaFetcher
+	r := newFakeRig(t, func(c *Config) {
+		mf = &metaFetcher{fakeFetcher: c.Client.(*fakeFetcher), counts: 2}
+		c.Client = mf
+	})
+	s := movedSymbol(t, 2, 3)
+	oldP, newP := SymbolTask(s, 2), SymbolTask(s, 3)
+	r.f.produce("market", oldP, 1000, s, tickJSON(s, 1))
+	r.w.Assigned(context.Background(), allTasks(1, 2))
+	waitFor(t, "the tasks restored", func() bool { st := r.w.stateTask(oldP); return st != nil && st.isRestored() })
+	mf.mu.Lock()
+	mf.market = 3
+	mf.mu.Unlock()
+	r.f.produce("market", newP, 2000, s, tickJSON(s, 2))
+	r.f.produce("notifications", oldP, 2500, s, noteJSON("n", s))
+	time.Sleep(300 * time.Millisecond)
+	if n := len(r.out.byTopic("alerts")); n != 0 {
+		t.Fatalf("%d alerts joined while the market alone had grown: %s", n, r.out.byTopic("alerts")[0].Value)
+	}
+	mf.setCount(3)
+	r.w.Assigned(context.Background(), allTasks(2, 3))
+	waitFor(t, "the alert", func() bool { return len(r.out.byTopic("alerts")) == 1 })
+	var a record.Alert
+	if err := json.Unmarshal(r.out.byTopic("alerts")[0].Value, &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Price == nil || *a.Price != 2 || a.PriceTsMs != 2000 {
+		t.Errorf("alert %s: want the price 2 from 2000, written with the new count", r.out.byTopic("alerts")[0].Value)
 	}
 }
