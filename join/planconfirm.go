@@ -256,6 +256,7 @@ func (w *Processor) round(ctx context.Context, p int, start time.Time) (*confirm
 // judgeRound returns nil when round r confirms a plan of parts
 // partitions, else why joins wait (wrapping errLookup).
 func (w *Processor) judgeRound(r *confirmRound, parts int) error {
+	w.metrics.PartitionsAhead.Set(float64(max(r.market-parts, 0)))
 	switch {
 	case r.market == parts:
 		return nil

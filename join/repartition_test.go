@@ -216,6 +216,9 @@ func TestMarketGrownAloneHoldsJoins(t *testing.T) {
 	if n := len(r.out.byTopic("alerts")); n != 0 {
 		t.Fatalf("%d alerts joined while the market alone had grown: %s", n, r.out.byTopic("alerts")[0].Value)
 	}
+	if v := gaugeValue(t, r.w.metrics.PartitionsAhead); v != 1 {
+		t.Errorf("joiner_market_partitions_ahead = %v while held, want 1", v)
+	}
 	mf.setCount(3)
 	r.w.Assigned(context.Background(), allTasks(2, 3))
 	waitFor(t, "the alert", func() bool { return len(r.out.byTopic("alerts")) == 1 })
@@ -225,5 +228,8 @@ func TestMarketGrownAloneHoldsJoins(t *testing.T) {
 	}
 	if a.Price == nil || *a.Price != 2 || a.PriceTsMs != 2000 {
 		t.Errorf("alert %s: want the price 2 from 2000, written with the new count", r.out.byTopic("alerts")[0].Value)
+	}
+	if v := gaugeValue(t, r.w.metrics.PartitionsAhead); v != 0 {
+		t.Errorf("joiner_market_partitions_ahead = %v after the replan, want 0", v)
 	}
 }
