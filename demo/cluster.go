@@ -141,7 +141,7 @@ func WorkerConfig(b *Broker, dir, instance string, template node.Config) node.Co
 	cfg.Brokers, cfg.Group, cfg.Topics = b.Addrs, b.Group, b.Topics
 	cfg.InstanceID = instance
 	cfg.LeaveOnShutdown = true
-	cfg.StateDirs = []string{filepath.Join(dir, instance)}
+	cfg.Dirs = []string{filepath.Join(dir, instance)}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	return cfg
 }

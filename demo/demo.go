@@ -108,13 +108,17 @@ type Report struct {
 	Elapsed time.Duration `json:"-"`
 }
 
-func (c *Config) defaults() {
+// withDefaults returns c with its nil Progress and Logger set to their
+// defaults; the counts have none (DefaultConfig is the experiment, and
+// Validate refuses zero counts).
+func (c Config) withDefaults() Config {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	return c
 }
 
 // Validate reports a configuration the demo cannot run.
@@ -146,7 +150,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return Report{}, err
 	}
-	cfg.defaults()
+	cfg = cfg.withDefaults()
 	// With Serve, the workers outlive the timeout (fleetCtx).
 	fleetCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -190,7 +194,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%d", i+1)
 	}
-	f, err := startFleet(fleetCtx, b, dir, node.Config{Assignor: cfg.Assignor, Fields: cfg.Fields, Grace: cfg.Grace, Logger: cfg.Logger}, names)
+	f, err := startFleet(fleetCtx, b, dir, node.Config{
+		JoinConfig:   node.JoinConfig{Fields: cfg.Fields, Grace: cfg.Grace},
+		MemberConfig: node.MemberConfig{Assignor: cfg.Assignor},
+		Logger:       cfg.Logger,
+	}, names)
 	if err != nil {
 		return Report{}, err
 	}

@@ -111,11 +111,13 @@ func newHarness(t *testing.T, partitions int) *harness {
 		t.Fatal(err)
 	}
 	f := testkit.NewFleet(b, t.TempDir(), node.Config{
-		SessionTimeout:    1500 * time.Millisecond,
-		HeartbeatInterval: 250 * time.Millisecond,
-		RebalanceTimeout:  5 * time.Second,
-		CommitInterval:    100 * time.Millisecond,
-		Logger:            testLogger(t),
+		MemberConfig: node.MemberConfig{
+			SessionTimeout:    1500 * time.Millisecond,
+			HeartbeatInterval: 250 * time.Millisecond,
+			RebalanceTimeout:  5 * time.Second,
+		},
+		JoinConfig: node.JoinConfig{CommitInterval: 100 * time.Millisecond},
+		Logger:     testLogger(t),
 	})
 	t.Cleanup(func() {
 		if err := f.StopAll(); err != nil {

@@ -54,7 +54,7 @@ func TestSecureFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := testkit.NewFleet(b, t.TempDir(), node.Config{
-		Assignor:      "roundrobin",
+		MemberConfig:  node.MemberConfig{Assignor: "roundrobin"},
 		PeerTokenFile: tokenFile,
 		HTTPCertFile:  httpCert,
 		HTTPKeyFile:   httpKey,
