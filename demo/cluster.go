@@ -1,7 +1,7 @@
 // Package demo runs joiner end to end in one process: an embedded Kafka
 // broker (kfake) or an external cluster, several workers, and the load
 // generator; `joiner demo` prints its report. The tests grow, shrink,
-// crash and isolate workers with internal/testkit, which builds on the
+// crash and isolate workers with testsupport/testkit, which builds on the
 // Broker, WorkerConfig, WaitStable, Alerts and TopicReader defined here.
 package demo
 

@@ -14,10 +14,10 @@ import (
 
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 	"github.com/segmentio/kafka-go"
 )
 

@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/oracle"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 )
 
 // TestOracle produces ticks and notifications interleaved in time and checks
-// every alert against the input (internal/oracle): each notification has an
+// every alert against the input (testsupport/oracle): each notification has an
 // alert carrying its symbol's price as of its own time, or miss when there
 // was none; a duplicate is identical to the first copy but for the worker.
 // It does so without disturbance and under the disturbances workers meet,

@@ -28,11 +28,11 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/htmltest"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/statuspage"
+	"github.com/joiner-dev/joiner/testsupport/htmltest"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
