@@ -52,18 +52,7 @@ func TestFreshWorkerLearnsThePartitionHistory(t *testing.T) {
 	for i, s := range moved {
 		wl.AddTick(s, t0+int64(i), float64(100+i))
 	}
-	resp, err := b.Client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{
-		{Name: b.Topics.Market, Count: 8}, {Name: b.Topics.Notifications, Count: 8},
-	}})
-	if err == nil {
-		err = resp.Errors[b.Topics.Market]
-		if err == nil {
-			err = resp.Errors[b.Topics.Notifications]
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	growBoth(ctx, t, b, 8)
 	if _, err := demo.WaitStable(ctx, 60*time.Second, 8, f.Workers); err != nil {
 		t.Fatal(err)
 	}

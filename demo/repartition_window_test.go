@@ -142,18 +142,7 @@ func TestBothTopicsGrowProducersSwitchOneByOne(t *testing.T) {
 		}
 	}
 	run(1500 * time.Millisecond)
-	resp, err := b.Client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{
-		{Name: topics.Market, Count: 8}, {Name: topics.Notifications, Count: 8},
-	}})
-	if err == nil {
-		err = resp.Errors[topics.Market]
-		if err == nil {
-			err = resp.Errors[topics.Notifications]
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	growBoth(ctx, t, b, 8)
 	ticks.switchTo(8)
 	run(4 * time.Second)
 	notes.switchTo(8)

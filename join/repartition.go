@@ -69,6 +69,15 @@ func (w *Processor) notePartitionsLocked(partitions int, groupPast []int, planEr
 	if planErr != "" || partitions <= 0 {
 		return
 	}
+	last := w.lastParts
+	w.lastParts = partitions
+	changed := last > 0 && last != partitions && !slices.Contains(w.pastParts, last)
+	if changed {
+		w.pastParts = append(slices.Clone(w.pastParts), last)
+		w.metrics.PartitionChanges.Inc()
+		w.log.Warn("the input topics' partition count changed: symbols moved to other tasks; a moved symbol's price is looked up in its new task and in the task that held it before, the newer as-of version wins",
+			"from", last, "to", partitions, "past_counts", w.pastParts)
+	}
 	var learnt []int
 	for _, n := range groupPast {
 		if n > 0 && n < partitions && !slices.Contains(w.pastParts, n) && !slices.Contains(learnt, n) {
@@ -79,16 +88,8 @@ func (w *Processor) notePartitionsLocked(partitions int, groupPast []int, planEr
 		w.pastParts = slices.Sorted(slices.Values(append(slices.Clone(w.pastParts), learnt...)))
 		w.log.Info("partition counts the group planned with before, learnt from the group's assignment; lookups of symbols they moved consult those tasks too", "learnt", learnt, "past_counts", w.pastParts)
 	}
-	last := w.lastParts
-	w.lastParts = partitions
 	if last == partitions && len(learnt) == 0 {
 		return
-	}
-	if last > 0 && last != partitions && !slices.Contains(w.pastParts, last) {
-		w.pastParts = append(slices.Clone(w.pastParts), last)
-		w.metrics.PartitionChanges.Inc()
-		w.log.Warn("the input topics' partition count changed: symbols moved to other tasks; a moved symbol's price is looked up in its new task and in the task that held it before, the newer as-of version wins",
-			"from", last, "to", partitions, "past_counts", w.pastParts)
 	}
 	if err := w.cfg.Stores.RecordPartitionCounts(append(slices.Clone(w.pastParts), partitions)); err != nil {
 		w.log.Error("cannot record the partition counts in the state dir; after a restart, lookups of symbols moved by this change would consult only their current task", "err", err)

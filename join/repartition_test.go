@@ -140,15 +140,7 @@ func TestJoinsWaitForTheReplan(t *testing.T) {
 	if n := len(r.out.byTopic("alerts")); n != 0 {
 		t.Fatalf("%d alerts joined before the replan", n)
 	}
-	r.w.Assigned(context.Background(), allTasks(2, 3))
-	waitFor(t, "the alert", func() bool { return len(r.out.byTopic("alerts")) == 1 })
-	var a record.Alert
-	if err := json.Unmarshal(r.out.byTopic("alerts")[0].Value, &a); err != nil {
-		t.Fatal(err)
-	}
-	if a.Price == nil || *a.Price != 2 || a.PriceTsMs != 2000 {
-		t.Errorf("alert %s: want the price 2 from 2000, written with the new count", r.out.byTopic("alerts")[0].Value)
-	}
+	replanGetsTheNewTick(t, r)
 }
 
 // allTasks is generation gen's assignment of every one of n tasks, merged.
@@ -189,6 +181,20 @@ func TestPastCountsFromTheGroup(t *testing.T) {
 	if got, err := r.w.cfg.Stores.PartitionCounts(); err != nil || !slices.Equal(got, []int{2, 3}) {
 		t.Errorf("recorded %v (%v), want [2 3]", got, err)
 	}
+	if n := counterValue(r.w.metrics.PartitionChanges); n != 0 {
+		t.Errorf("joiner_partition_changes_total = %d, want 0 (this worker planned no change)", n)
+	}
+	// A change this worker sees, while the group's history names its
+	// last count too (as every member reports it): counted once.
+	a = allTasks(2, 4)
+	a.PastPartitions = []int{2, 3}
+	r.w.Assigned(context.Background(), a)
+	if n := counterValue(r.w.metrics.PartitionChanges); n != 1 {
+		t.Errorf("after 3 to 4: joiner_partition_changes_total = %d, want 1", n)
+	}
+	if got := r.w.PlannedPartitions(); !slices.Equal(got, []int{2, 3, 4}) {
+		t.Errorf("planned %v, want [2 3 4]", got)
+	}
 }
 
 // TestMarketGrownAloneHoldsJoins: the market topic went from 2 to 3
@@ -220,6 +226,17 @@ func TestMarketGrownAloneHoldsJoins(t *testing.T) {
 		t.Errorf("joiner_market_partitions_ahead = %v while held, want 1", v)
 	}
 	mf.setCount(3)
+	replanGetsTheNewTick(t, r)
+	if v := gaugeValue(t, r.w.metrics.PartitionsAhead); v != 0 {
+		t.Errorf("joiner_market_partitions_ahead = %v after the replan, want 0", v)
+	}
+}
+
+// replanGetsTheNewTick replans r's worker with 3 tasks and checks that
+// the one notification held is then joined with the price 2 from 2000,
+// the tick written with the new count.
+func replanGetsTheNewTick(t *testing.T, r *fakeRig) {
+	t.Helper()
 	r.w.Assigned(context.Background(), allTasks(2, 3))
 	waitFor(t, "the alert", func() bool { return len(r.out.byTopic("alerts")) == 1 })
 	var a record.Alert
@@ -228,8 +245,5 @@ func TestMarketGrownAloneHoldsJoins(t *testing.T) {
 	}
 	if a.Price == nil || *a.Price != 2 || a.PriceTsMs != 2000 {
 		t.Errorf("alert %s: want the price 2 from 2000, written with the new count", r.out.byTopic("alerts")[0].Value)
-	}
-	if v := gaugeValue(t, r.w.metrics.PartitionsAhead); v != 0 {
-		t.Errorf("joiner_market_partitions_ahead = %v after the replan, want 0", v)
 	}
 }
