@@ -247,3 +247,41 @@ func replanGetsTheNewTick(t *testing.T, r *fakeRig) {
 		t.Errorf("alert %s: want the price 2 from 2000, written with the new count", r.out.byTopic("alerts")[0].Value)
 	}
 }
+
+// TestConfirmationWaitsForTheGrace: with a grace, the partition counts
+// must be confirmed by a read sent at least the grace after the
+// notification's time by the clock (a tick up to the grace late may be
+// written after the notification, with a new count), whatever else let
+// the notification go.
+func TestConfirmationWaitsForTheGrace(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	r := newFakeRig(t, func(c *Config) {
+		c.Client = &metaFetcher{fakeFetcher: c.Client.(*fakeFetcher), counts: 2}
+		c.Grace = grace
+	})
+	r.w.Assigned(context.Background(), allTasks(1, 2))
+	procTask := func(p int) *processTask {
+		r.w.mu.RLock()
+		defer r.w.mu.RUnlock()
+		return r.w.procs[p]
+	}
+	waitFor(t, "task 0 processing", func() bool { return procTask(0) != nil })
+	r.f.produce("notifications", 0, 1000, "X", noteJSON("n", "X")) // offset 0, for the end offset
+	ts := time.Now()
+	recs := []fetchedRecord{{Offset: 0, Time: ts}}
+	if err := procTask(0).confirmPlan(context.Background(), 2, recs); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(ts); d < grace {
+		t.Errorf("confirmed %v after the notification's time, before the grace (%v) was over", d, grace)
+	}
+	// Without a grace, the next round confirms it at once.
+	r.w.cfg.Grace = 0
+	start := time.Now()
+	if err := procTask(0).confirmPlan(context.Background(), 2, []fetchedRecord{{Offset: 0, Time: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > grace {
+		t.Errorf("without a grace, confirmed after %v", d)
+	}
+}
