@@ -21,12 +21,12 @@ const (
 // offset for it: -1 (the partition's first offset) for the market topic and
 // for StartEarliest, the partition's end for notifications with
 // StartLatest. It retries the end-offset lookup until ctx is done.
-func (w *Processor) uncommittedStart(ctx context.Context, topic string, p int) (int64, error) {
-	if topic != w.cfg.Topics.Notifications || w.cfg.StartOffset != StartLatest {
+func (w *taskEnv) uncommittedStart(ctx context.Context, topic string, p int) (int64, error) {
+	if topic != w.topics.Notifications || w.startOffset != StartLatest {
 		return -1, nil
 	}
 	for attempt := 0; ; attempt++ {
-		end, err := listOffset(ctx, w.cfg.Client, topic, p, kafka.LastOffset)
+		end, err := listOffset(ctx, w.client, topic, p, kafka.LastOffset)
 		if err == nil {
 			w.log.Info("no committed offset; starting at the end (--start-offset latest)", "topic", topic, "partition", p, "offset", end)
 			return end, nil
@@ -52,7 +52,7 @@ func validStartOffset(s string) error {
 
 // committedOffset returns the group's committed offset of topic-p, -1 when
 // none, retrying until ctx is done.
-func (w *Processor) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
+func (w *taskEnv) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
 		if err == nil {

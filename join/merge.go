@@ -25,7 +25,7 @@ type fetched struct {
 // prefetch reads r in a goroutine owned by the caller (wg) until ctx is
 // done, handing every fetch, empty ones too, to the returned channel,
 // which holds up to depth fetches not yet taken.
-func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, depth int, log *slog.Logger) <-chan fetched {
+func (w *taskEnv) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, depth int, log *slog.Logger) <-chan fetched {
 	ch := make(chan fetched, depth)
 	wg.Add(1)
 	go func() {
@@ -48,7 +48,7 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 // fetchRetrying fetches once from r (partitionReader.fetch), a failure
 // logged, counted and retried with backoff. It returns the records and
 // when the fetch that returned them was sent, or false when ctx is done.
-func (w *Processor) fetchRetrying(ctx context.Context, r *partitionReader, log *slog.Logger) ([]fetchedRecord, time.Time, bool) {
+func (w *taskEnv) fetchRetrying(ctx context.Context, r *partitionReader, log *slog.Logger) ([]fetchedRecord, time.Time, bool) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		sent := time.Now()
 		recs, err := r.fetch(ctx)
@@ -93,8 +93,8 @@ const (
 // restored. The goroutines of the task (owned by wg) stop when fctx ends,
 // which the caller does when runMerged returns.
 func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, st *stateTask, nr *partitionReader, head <-chan headFetch, log *slog.Logger) {
-	w := t.w
-	mCh := w.prefetch(fctx, wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
+	w := t.env
+	mCh := w.prefetch(fctx, wg, newPartitionReader(w.client, w.topics.Market, t.p, st.resumeAt, w.limits.FetchMaxWait), 1, log)
 	m := newMerger(t, st)
 	m.free = make(chan *encoded, outboxDepth+2)
 	m.out = t.startOutbox(fctx, wg, m.free)
@@ -171,7 +171,7 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 			if m.waitStart.IsZero() {
 				m.waitStart = time.Now()
 			}
-			idle = w.cfg.MaxTaskIdle - time.Since(m.waitStart)
+			idle = w.limits.MaxTaskIdle - time.Since(m.waitStart)
 			if !due.IsZero() {
 				// Wake up when the head is due, to check the end then;
 				// the wait for the market to pass it goes on.
@@ -347,7 +347,7 @@ type merger struct {
 // newMerger is the merger of process task t over its state st.
 func newMerger(t *processTask, st *stateTask) merger {
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1}
-	m.grace = max(t.w.cfg.Grace.Milliseconds(), 0)
+	m.grace = max(t.env.limits.Grace.Milliseconds(), 0)
 	return m
 }
 
@@ -464,17 +464,17 @@ func (e endCheck) atEnd(m *merger) bool {
 // checkEndAsync reads the end offset of the side with nothing buffered in
 // a goroutine owned by wg and sends the answer to ends.
 func (m *merger) checkEndAsync(ctx context.Context, wg *sync.WaitGroup, ends chan<- endCheck) {
-	w := m.t.w
+	w := m.t.env
 	e := endCheck{wait: m.wait, market: len(m.mbuf) == 0, coverN: m.nHwm}
-	topic := w.cfg.Topics.Notifications
+	topic := w.topics.Notifications
 	if e.market {
-		topic = w.cfg.Topics.Market
+		topic = w.topics.Market
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		e.sent = time.Now()
-		e.end, e.err = listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
+		e.end, e.err = listOffset(ctx, w.client, topic, m.t.p, kafka.LastOffset)
 		if e.err != nil && ctx.Err() == nil {
 			w.metrics.FetchErrors.Inc() // the wait goes on; MaxTaskIdle still bounds it
 		}
@@ -503,7 +503,7 @@ type headFetch struct {
 // so the restores are not slowed by a prefetch; if it or the check fails,
 // the merge fetches and asks as usual.
 func (t *processTask) headStart(ctx context.Context, wg *sync.WaitGroup, nr *partitionReader) <-chan headFetch {
-	w := t.w
+	w := t.env
 	out := make(chan headFetch, 1)
 	wg.Add(1)
 	go func() {
@@ -520,7 +520,7 @@ func (t *processTask) headStart(ctx context.Context, wg *sync.WaitGroup, nr *par
 		}
 		h.f.recs, h.f.next, h.f.hwm, h.fetched = recs, nr.next, nr.hwm, true
 		h.e = endCheck{market: true, coverN: h.f.hwm, sent: time.Now()}
-		h.e.end, h.e.err = listOffset(ctx, w.cfg.Client, w.cfg.Topics.Market, t.p, kafka.LastOffset)
+		h.e.end, h.e.err = listOffset(ctx, w.client, w.topics.Market, t.p, kafka.LastOffset)
 		if h.e.err != nil && ctx.Err() == nil {
 			w.metrics.FetchErrors.Inc() // the merge asks again
 		}
@@ -641,12 +641,12 @@ func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *
 // otherSideAtEnd reports whether the side with nothing buffered has been
 // read to the end offset it has now.
 func (m *merger) otherSideAtEnd(ctx context.Context) bool {
-	w := m.t.w
-	topic, next := w.cfg.Topics.Market, m.mNext
+	w := m.t.env
+	topic, next := w.topics.Market, m.mNext
 	if len(m.nbuf) == 0 {
-		topic, next = w.cfg.Topics.Notifications, m.nNext
+		topic, next = w.topics.Notifications, m.nNext
 	}
-	end, err := listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
+	end, err := listOffset(ctx, w.client, topic, m.t.p, kafka.LastOffset)
 	if err != nil {
 		w.metrics.FetchErrors.Inc()
 		return false // wait; MaxTaskIdle still bounds it

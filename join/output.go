@@ -161,7 +161,7 @@ func (e *encoded) reset() {
 
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
-func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
+func (w *taskEnv) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
 	var e encoded
 	e.addAll(w.alerts, alerts)
 	_, err := w.writeOutWith(ctx, nil, -1, []*encoded{&e}, dead)
@@ -209,8 +209,8 @@ const (
 const DefaultMaxMessageBytes = 1 << 20
 
 // maxMessageBytes is topic's max.message.bytes (Config.MaxMessageBytes).
-func (w *Processor) maxMessageBytes(topic string) int {
-	if n := w.cfg.MaxMessageBytes[topic]; n > 0 {
+func (w *taskEnv) maxMessageBytes(topic string) int {
+	if n := w.maxBytes[topic]; n > 0 {
 		return n
 	}
 	return DefaultMaxMessageBytes
@@ -238,7 +238,7 @@ const minTruncated = 256
 // are retried with backoff until ctx is done; an error no retry fixes
 // (produce.ConfigError: authorization, a missing topic) also makes
 // /readyz fail and logs an ERROR until a write succeeds.
-func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, batches []*encoded, dead []deadLetter) (int, error) {
+func (w *taskEnv) writeOutWith(ctx context.Context, s *outScratch, task int, batches []*encoded, dead []deadLetter) (int, error) {
 	if s == nil {
 		s = &outScratch{}
 	}
@@ -248,7 +248,7 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 		clear(notes)
 		s.msgs, s.notes = msgs[:0], notes[:0]
 	}()
-	topic := w.cfg.Topics.Alerts
+	topic := w.topics.Alerts
 	for _, e := range batches {
 		msgs = slices.Grow(msgs, len(e.spans))
 		h := e.headers
@@ -273,7 +273,7 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 	for _, d := range dead {
 		source := fmt.Sprintf("%s/%d/%d", d.topic, d.partition, d.rec.Offset)
 		msgs = append(msgs, kafka.Message{
-			Topic: w.cfg.Topics.DeadLetter,
+			Topic: w.topics.DeadLetter,
 			Key:   d.rec.Key,
 			Value: d.rec.Value,
 			Time:  d.rec.Time,
@@ -299,7 +299,7 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 			w.unblockOutput()
 		}
 	}()
-	alertLimit, deadLimit := w.maxMessageBytes(topic), w.maxMessageBytes(w.cfg.Topics.DeadLetter)
+	alertLimit, deadLimit := w.maxMessageBytes(topic), w.maxMessageBytes(w.topics.DeadLetter)
 	for i := range msgs {
 		limit := alertLimit
 		if i >= alerts {
@@ -326,7 +326,7 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 				send = append(send, msgs[i])
 			}
 		}
-		err := w.cfg.Writer.WriteMessages(ctx, send...)
+		err := w.writer.WriteMessages(ctx, send...)
 		if err == nil {
 			break
 		}
@@ -403,12 +403,12 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 // from the broker; nil: larger than its max.message.bytes), into what is
 // written instead, and reports whether there is one (else it is dropped).
 // The first alerts of msgs are the alerts of batches, of task.
-func (w *Processor) refuse(msgs []kafka.Message, notes []outNote, i, alerts, task int, batches []*encoded, cause error) bool {
+func (w *taskEnv) refuse(msgs []kafka.Message, notes []outNote, i, alerts, task int, batches []*encoded, cause error) bool {
 	m, n := &msgs[i], &notes[i]
 	tooLarge := cause == nil || errors.Is(cause, kafka.MessageSizeTooLarge) || errors.Is(cause, kafka.RecordListTooLarge)
 	if i < alerts && n.reason == "" {
 		// An alert: dead-letter it, with the notification it is of.
-		n.reason, n.topic = record.ReasonAlertTooLarge, w.cfg.Topics.Notifications
+		n.reason, n.topic = record.ReasonAlertTooLarge, w.topics.Notifications
 		if cause == nil {
 			n.err = fmt.Sprintf("the alert of %d bytes is larger than the max.message.bytes of %s (%d)", len(m.Value), m.Topic, w.maxMessageBytes(m.Topic))
 		} else {
@@ -419,7 +419,7 @@ func (w *Processor) refuse(msgs []kafka.Message, notes []outNote, i, alerts, tas
 		}
 		n.source = fmt.Sprintf("%s/%d/%d", n.topic, task, alertOffset(batches, i))
 		*m = kafka.Message{
-			Topic: w.cfg.Topics.DeadLetter,
+			Topic: w.topics.DeadLetter,
 			Key:   m.Key,
 			Value: m.Value,
 			// The alert's headers (its notification's), then the reasons.
@@ -496,7 +496,7 @@ func alertOffset(batches []*encoded, i int) int64 {
 // blocked before. Each write blocked counts until it ends
 // (unblockOutput), so one task's write that succeeds does not hide
 // another's that cannot.
-func (w *Processor) blockOutput(err error, first bool) {
+func (w *taskEnv) blockOutput(err error, first bool) {
 	why := "writing alerts or dead letters fails: " + err.Error()
 	w.outMu.Lock()
 	defer w.outMu.Unlock()
@@ -508,7 +508,7 @@ func (w *Processor) blockOutput(err error, first bool) {
 }
 
 // unblockOutput ends a blocked write (blockOutput).
-func (w *Processor) unblockOutput() {
+func (w *taskEnv) unblockOutput() {
 	w.outMu.Lock()
 	defer w.outMu.Unlock()
 	if w.outBlocked--; w.outBlocked == 0 {
@@ -518,7 +518,7 @@ func (w *Processor) unblockOutput() {
 }
 
 // outputFault is why writes are blocked, "" when none is.
-func (w *Processor) outputFault() string {
+func (w *taskEnv) outputFault() string {
 	w.outMu.Lock()
 	defer w.outMu.Unlock()
 	return w.outFault
@@ -530,7 +530,7 @@ func (w *Processor) outputFault() string {
 // session waits here until its next heartbeat says whether it still holds
 // the task (the task's context ends when it does not).
 func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encoded, dead []deadLetter) error {
-	w := t.w
+	w := t.env
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
@@ -610,7 +610,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup, free 
 	wg.Add(1)
 	go func() {
 		var (
-			scratch = outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}
+			scratch = outScratch{onErr: func(err error) { t.env.noteTaskErr(t.p, err) }}
 			batches []*encoded
 			dead    []deadLetter
 		)

@@ -18,8 +18,8 @@ import (
 // its partition reader; acked is the next offset whose alert has not been
 // acknowledged, read by the committer.
 type processTask struct {
-	w *Processor
-	p int
+	env *taskEnv
+	p   int
 	// st is the task's own state when this member holds it too; then the
 	// task reads both partitions merged (runMerged).
 	st      *stateTask
@@ -118,8 +118,8 @@ func (t *processTask) applied(ticks []statestore.Tick) {
 	}
 }
 
-func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
-	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{}), gate: newGate()}
+func newProcessTask(env *taskEnv, p int, st *stateTask) *processTask {
+	t := &processTask{env: env, p: p, st: st, stopped: make(chan struct{}), gate: newGate()}
 	t.acked.Store(-1)
 	t.ackedTs.Store(-1)
 	t.prog.start.Store(-1)
@@ -136,9 +136,9 @@ func (t *processTask) ack(next, tsMs int64) {
 
 func (t *processTask) run(ctx context.Context) {
 	defer close(t.stopped)
-	w := t.w
-	log := w.log.With("task", t.p, "topic", w.cfg.Topics.Notifications)
-	start, err := w.committedOffset(ctx, w.cfg.Topics.Notifications, t.p)
+	w := t.env
+	log := w.log.With("task", t.p, "topic", w.topics.Notifications)
+	start, err := w.committedOffset(ctx, w.topics.Notifications, t.p)
 	if err != nil {
 		return
 	}
@@ -154,7 +154,7 @@ func (t *processTask) run(ctx context.Context) {
 			cancel()
 			wg.Wait()
 		}()
-		nr := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
+		nr := newPartitionReader(w.client, w.topics.Notifications, t.p, start, w.limits.FetchMaxWait)
 		head := t.headStart(fctx, &wg, nr)
 		select {
 		case <-t.st.restored:
@@ -170,7 +170,7 @@ func (t *processTask) run(ctx context.Context) {
 	}
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
 	t.prog.begin(start)
-	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
+	r := newPartitionReader(w.client, w.topics.Notifications, t.p, start, w.limits.FetchMaxWait)
 	lookupFailures := 0
 	for attempt := 0; ctx.Err() == nil; {
 		recs, err := r.fetch(ctx)
@@ -180,7 +180,7 @@ func (t *processTask) run(ctx context.Context) {
 			}
 			log.Warn("fetch failed; retrying", "err", err)
 			w.metrics.FetchErrors.Inc()
-			w.noteTaskErr(t.p, fmt.Errorf("fetching %s-%d: %w", w.cfg.Topics.Notifications, t.p, err))
+			w.noteTaskErr(t.p, fmt.Errorf("fetching %s-%d: %w", w.topics.Notifications, t.p, err))
 			_ = sleep(ctx, backoff(attempt))
 			attempt++
 			continue
@@ -232,7 +232,7 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 	if err != nil {
 		return err
 	}
-	return t.flush(ctx, &outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}, []*encoded{&e}, dead)
+	return t.flush(ctx, &outScratch{onErr: func(err error) { t.env.noteTaskErr(t.p, err) }}, []*encoded{&e}, dead)
 }
 
 // joinInto decodes recs, joins each notification with its price as of its
@@ -246,14 +246,14 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 // after them; a symbol's alerts stay in order, since all of one symbol
 // are of one kind.
 func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRecord) ([]deadLetter, error) {
-	w := t.w
-	parts, past := w.mapping()
-	if w.repartitioning(parts) {
+	w := t.env
+	parts, past := w.peers.mapping()
+	if w.peers.repartitioning(parts) {
 		return nil, fmt.Errorf("%w: %w", errLookup, errRepartitioning)
 	}
-	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
+	w.metrics.Records.WithLabelValues(w.topics.Notifications).Add(float64(len(recs)))
 	mark := e.mark()
-	e.grow(recs, len(w.cfg.InstanceID))
+	e.grow(recs, len(w.instanceID))
 	if parts != t.latestParts {
 		clear(t.latest) // its symbols were this task's with the old count
 		t.latestParts = parts
@@ -289,7 +289,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			err = record.CheckNotificationKey(rec.Key, n.Symbol)
 		}
 		if err != nil {
-			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
+			dead = append(dead, newDeadLetter(w.topics.Notifications, t.p, rec, err))
 			continue
 		}
 		nTsMs := rec.Time.UnixMilli()
@@ -309,7 +309,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.prevPriceFields(), record.ResultLocal)
 			continue
 		}
-		a := record.Alert{Notification: record.Notification{Symbol: n.Symbol}, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
+		a := record.Alert{Notification: record.Notification{Symbol: n.Symbol}, NotificationTsMs: nTsMs, Worker: w.instanceID}
 		q := murmur2.Partition([]byte(n.Symbol), parts)
 		if q != t.p {
 			// Its key was not partitioned with murmur2 by symbol (another
@@ -329,7 +329,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			offs = append(offs, rec.Offset)
 			continue
 		}
-		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
+		if err := w.peers.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
@@ -370,9 +370,9 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 // retries it later while it reads its own market on. An unmerged task
 // waits up to RemoteTimeout (its own retries of the batch follow).
 func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int, extras [][]int) error {
-	w := t.w
+	w := t.env
 	merged := t.st != nil
-	limit := w.cfg.RemoteTimeout
+	limit := w.limits.RemoteTimeout
 	if merged {
 		limit = crossTaskWait
 	}
@@ -392,8 +392,8 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		}
 	}
 	for q, ts := range newest {
-		if st := w.stateTask(q); st != nil {
-			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle, limit); err != nil {
+		if st := w.peers.stateTask(q); st != nil {
+			if err := st.waitFor(ctx, ts, w.limits.MaxTaskIdle, limit); err != nil {
 				switch {
 				case ctx.Err() != nil:
 					return ctx.Err()
@@ -418,13 +418,13 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 	// extra tasks' versions.
 	lookup := func(i int, st *stateTask, q int) error {
 		a, price := &alerts[i], &prices[i]
-		if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
+		if err := w.peers.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
 			return err
 		}
 		for _, c := range extras[i] {
 			b := record.Alert{Notification: a.Notification, NotificationTsMs: a.NotificationTsMs, Worker: a.Worker}
 			var bp float64
-			if err := w.lookup(ctx, &b, &bp, c, a.Symbol, a.NotificationTsMs, merged); err != nil {
+			if err := w.peers.lookup(ctx, &b, &bp, c, a.Symbol, a.NotificationTsMs, merged); err != nil {
 				return err
 			}
 			if newerJoin(a, &b) {
@@ -442,7 +442,7 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 	lastTask, lastState := -1, (*stateTask)(nil)
 	for i, q := range tasks {
 		if q != lastTask {
-			lastTask, lastState = q, w.stateTask(q)
+			lastTask, lastState = q, w.peers.stateTask(q)
 		}
 		if st := lastState; st != nil && !remoteExtras(w, extras[i]) {
 			if err := lookup(i, st, q); err != nil {
@@ -457,7 +457,7 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := lookup(i, w.stateTask(q), q); err != nil {
+			if err := lookup(i, w.peers.stateTask(q), q); err != nil {
 				fail(err)
 			}
 		}()
@@ -471,9 +471,9 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 
 // remoteExtras reports whether one of tasks is not held here (its lookup
 // is an HTTP call, made concurrently).
-func remoteExtras(w *Processor, tasks []int) bool {
+func remoteExtras(w *taskEnv, tasks []int) bool {
 	for _, c := range tasks {
-		if w.stateTask(c) == nil {
+		if w.peers.stateTask(c) == nil {
 			return true
 		}
 	}
@@ -484,7 +484,7 @@ func remoteExtras(w *Processor, tasks []int) bool {
 const remoteConcurrency = 32
 
 // waitActive waits until the membership is active, or ctx is done.
-func (w *Processor) waitActive(ctx context.Context) error {
+func (w *taskEnv) waitActive(ctx context.Context) error {
 	if w.member == nil || w.member.Active() {
 		return nil
 	}

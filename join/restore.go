@@ -39,8 +39,8 @@ const (
 // never dead-letters, is never committed, serves no lookups and has no
 // process task; the Processor keeps it apart (Processor.standbys).
 type stateTask struct {
-	w *Processor
-	p int
+	env *taskEnv
+	p   int
 
 	// role is roleActive, roleStandby or roleWarmup; a standby may switch
 	// between the last two while it runs. Set before the task starts.
@@ -98,9 +98,9 @@ type stateTask struct {
 	rc restoreCounters
 }
 
-func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *stateTask {
+func newStateTask(env *taskEnv, p int, store *statestore.Store, merged bool) *stateTask {
 	s := &stateTask{
-		w:        w,
+		env:      env,
 		p:        p,
 		merged:   merged,
 		store:    store,
@@ -119,8 +119,8 @@ func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *st
 
 // newStandbyTask is a standby state task of p on store; warmup marks a
 // warm-up copy.
-func newStandbyTask(w *Processor, p int, store *statestore.Store, warmup bool) *stateTask {
-	s := newStateTask(w, p, store, false)
+func newStandbyTask(env *taskEnv, p int, store *statestore.Store, warmup bool) *stateTask {
+	s := newStateTask(env, p, store, false)
 	s.setRole(warmup)
 	return s
 }
@@ -155,7 +155,7 @@ func (s *stateTask) restoreReason() string {
 // a standby, in joiner_restore_records_total.
 func (s *stateTask) countRestored(n int) {
 	if n > 0 {
-		s.w.metrics.RestoreRecords.WithLabelValues(s.restoreReason()).Add(float64(n))
+		s.env.metrics.RestoreRecords.WithLabelValues(s.restoreReason()).Add(float64(n))
 	}
 }
 
@@ -167,7 +167,7 @@ func (s *stateTask) observeEnd(hwm int64) {
 	if hwm < 0 || !s.isStandby() {
 		return
 	}
-	s.w.metrics.StandbyLag.WithLabelValues(taskLabel(s.p)).Set(float64(max(hwm-(s.appliedOffset()+1), 0)))
+	s.env.metrics.StandbyLag.WithLabelValues(taskLabel(s.p)).Set(float64(max(hwm-(s.appliedOffset()+1), 0)))
 }
 
 // isRestored reports whether the restore is complete.
@@ -247,9 +247,9 @@ func (s *stateTask) countLate(ticks []statestore.Tick) {
 	if late == 0 {
 		return
 	}
-	s.w.metrics.TicksLate.Add(float64(late))
-	s.w.lateLog.Warn("late-tick/"+strconv.Itoa(s.p), "ticks arrived after a notification at or after their time was joined on their task (later than the grace); stored for later lookups, alerts already written are not corrected",
-		"task", s.p, "topic", s.w.cfg.Topics.Market, "late_ticks", late, "symbol", first.Symbol, "tick_ts_ms", first.TimestampMs, "offset", first.Offset, "joined_ts_ms", joined, "grace", s.w.cfg.Grace)
+	s.env.metrics.TicksLate.Add(float64(late))
+	s.env.lateLog.Warn("late-tick/"+strconv.Itoa(s.p), "ticks arrived after a notification at or after their time was joined on their task (later than the grace); stored for later lookups, alerts already written are not corrected",
+		"task", s.p, "topic", s.env.topics.Market, "late_ticks", late, "symbol", first.Symbol, "tick_ts_ms", first.TimestampMs, "offset", first.Offset, "joined_ts_ms", joined, "grace", s.env.limits.Grace)
 }
 
 // pruneCut is the time before which the task's history may go: the
@@ -267,7 +267,7 @@ func (s *stateTask) pruneCut() (cut int64, ok bool) {
 	if ref < 0 {
 		return 0, false
 	}
-	return ref - s.w.cfg.HistoryRetention.Milliseconds(), true
+	return ref - s.env.limits.HistoryRetention.Milliseconds(), true
 }
 
 // keeps reports whether pruning keeps every version at tsMs: it is newer
@@ -294,16 +294,10 @@ func (s *stateTask) prune(log *slog.Logger) {
 		return
 	}
 	s.prunedCut = cut
-	s.w.metrics.PruneSeconds.Observe(time.Since(began).Seconds())
+	s.env.metrics.PruneSeconds.Observe(time.Since(began).Seconds())
 	if n > 0 {
 		log.Debug("pruned the price history", "cut_ms", cut, "symbols", n)
 	}
-}
-
-// pruneInterval is how often a task prunes its history: a sixtieth of the
-// retention, between 1s and 1m.
-func (w *Processor) pruneInterval() time.Duration {
-	return min(max(w.cfg.HistoryRetention/60, time.Second), time.Minute)
 }
 
 // close closes the store; readers after it get errTaskStopped.
@@ -318,8 +312,8 @@ func (s *stateTask) close() error {
 // done.
 func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
-	w := s.w
-	log := w.log.With("task", s.p, "topic", w.cfg.Topics.Market)
+	w := s.env
+	log := w.log.With("task", s.p, "topic", w.topics.Market)
 	// A copy that a standby kept (here, or before a restart) applied its
 	// malformed ticks without dead-lettering them: see below.
 	wasCopy := s.fromCopy || s.store.Standby()
@@ -328,14 +322,14 @@ func (s *stateTask) run(ctx context.Context) {
 	if err := s.store.SetStandby(s.isStandby()); err != nil {
 		log.Warn("cannot record the role of the task store; after a restart it may be reported as owned", "role", s.roleName(), "err", err)
 	}
-	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
+	r := newPartitionReader(w.client, w.topics.Market, s.p, s.appliedOffset()+1, w.limits.FetchMaxWait)
 	// Market records below the group's committed market offset were routed
 	// by an earlier owner; dead-letter only the ones after it. A standby
 	// dead-letters nothing: the active owner does.
 	dlqFrom := int64(math.MaxInt64)
 	if !s.isStandby() {
 		var err error
-		if dlqFrom, err = w.committedOffset(ctx, w.cfg.Topics.Market, s.p); err != nil {
+		if dlqFrom, err = w.committedOffset(ctx, w.topics.Market, s.p); err != nil {
 			return
 		}
 	}
@@ -358,7 +352,7 @@ func (s *stateTask) run(ctx context.Context) {
 			break
 		}
 		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
-		w.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", w.cfg.Topics.Market, s.p, err))
+		w.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", w.topics.Market, s.p, err))
 		if sleep(ctx, backoff(attempt)) != nil {
 			return
 		}
@@ -386,7 +380,7 @@ func (s *stateTask) run(ctx context.Context) {
 	}
 	s.resumeAt = r.next
 	close(s.restored)
-	w.updateTaskGauges()
+	w.taskGauges()
 	attrs := []any{"records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", s.bulk}
 	if s.bulk {
 		attrs = append(attrs, "store_seconds", s.loadCommits.Seconds())
@@ -433,14 +427,9 @@ const DefaultBulkRestoreMin = 20000
 
 // A bulk-loaded restore (Config.BulkRestoreMin) keeps the ticks in memory,
 // about 40 bytes each, and ingests them in chunks of restoreLoadMaxTicks
-// records at most.
-//
-// Both are variables for the tests, which restore short partitions every
-// way: restoreLoadMin is the default of Config.BulkRestoreMin.
-var (
-	restoreLoadMin      int64 = DefaultBulkRestoreMin
-	restoreLoadMaxTicks       = 1 << 20
-)
+// records at most (taskEnv.load: the tests restore short partitions every
+// way).
+const restoreLoadMaxTicks = 1 << 20
 
 // restore reads r up to end and applies what it reads, the next fetches
 // running while a batch is applied, or for a long restore bulk-loads it
@@ -448,11 +437,11 @@ var (
 // store holds, and returns the number of records read and false when ctx
 // is done or the store closed.
 func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
-	w := s.w
+	w := s.env
 	if r.next >= end {
 		return 0, true
 	}
-	if m := w.cfg.BulkRestoreMin; m >= 0 && end-r.next >= m {
+	if m := w.limits.BulkRestoreMin; m >= 0 && end-r.next >= m {
 		s.bulk = true
 		return s.restoreLoaded(ctx, r, end, dlqFrom, log)
 	}
@@ -506,23 +495,24 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 // request in flight), when each range has at least half of
 // Config.BulkRestoreMin records: kafka-go decodes a fetch response on its
 // connection's goroutine, and one stream's fetch-and-decode is what bounds
-// a raw consume. A variable for the tests.
-var restoreStreams = 2
+// a raw consume. (taskEnv.load: the tests restore short partitions every
+// way.)
+const restoreStreams = 2
 
 // restoreLoaded is restore for a long restore: it bulk-loads the store
 // (statestore.Loader) in chunks of at most restoreLoadMaxTicks records,
 // each read in restoreStreams ranges at once and committed as one load.
 // The reader is left after the last chunk committed.
 func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
-	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.next, int64(restoreLoadMaxTicks)))), last: -1, maxTs: -1}
+	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.next, int64(s.env.load.maxTicks)))), last: -1, maxTs: -1}
 	// Tick buffers go back to the readers once added (the Loader keeps
 	// none of them).
-	free := make(chan []statestore.Tick, 2*restoreStreams+2)
+	free := make(chan []statestore.Tick, 2*s.env.load.streams+2)
 	var n int64
 	lastLog := time.Now()
 	for r.next < end {
-		from, to := r.next, min(r.next+int64(restoreLoadMaxTicks), end)
-		streams := max(1, min(int64(restoreStreams), (to-from)/max(s.w.cfg.BulkRestoreMin/2, 1)))
+		from, to := r.next, min(r.next+int64(s.env.load.maxTicks), end)
+		streams := max(1, min(int64(s.env.load.streams), (to-from)/max(s.env.limits.BulkRestoreMin/2, 1)))
 		fctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		dch := make(chan decodedBatch, 2*streams)
@@ -576,7 +566,7 @@ func (s *stateTask) readRange(ctx context.Context, wg *sync.WaitGroup, r *partit
 	go func() {
 		defer wg.Done()
 		for r.next < to {
-			recs, _, ok := s.w.fetchRetrying(ctx, r, log)
+			recs, _, ok := s.env.fetchRetrying(ctx, r, log)
 			if !ok {
 				return
 			}
@@ -618,8 +608,8 @@ func (s *stateTask) loadDecodedRetrying(ctx context.Context, load *restoreLoad, 
 	if d.n == 0 {
 		return nil
 	}
-	w := s.w
-	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(d.n))
+	w := s.env
+	w.metrics.Records.WithLabelValues(w.topics.Market).Add(float64(d.n))
 	for attempt := 0; len(d.dead) > 0; attempt++ {
 		err := w.writeOut(ctx, nil, d.dead)
 		if err == nil {
@@ -659,8 +649,8 @@ func (s *stateTask) commitLoadRetrying(ctx context.Context, load *restoreLoad) e
 		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
 			return err
 		}
-		s.w.log.Warn("storing restored market records failed; retrying", "task", s.p, "offset", load.last, "err", err)
-		s.w.noteTaskErr(s.p, err)
+		s.env.log.Warn("storing restored market records failed; retrying", "task", s.p, "offset", load.last, "err", err)
+		s.env.noteTaskErr(s.p, err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
@@ -676,8 +666,8 @@ func (s *stateTask) commitLoadRetrying(ctx context.Context, load *restoreLoad) e
 // store holds them. Records routed by the previous owner too are written
 // twice (at least once).
 func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *slog.Logger) bool {
-	w := s.w
-	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, from, w.cfg.FetchMaxWait)
+	w := s.env
+	r := newPartitionReader(w.client, w.topics.Market, s.p, from, w.limits.FetchMaxWait)
 	routed := 0
 	for attempt := 0; r.next < to; {
 		recs, err := r.fetch(ctx)
@@ -787,8 +777,8 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
 			return err
 		}
-		s.w.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
-		s.w.noteTaskErr(s.p, err)
+		s.env.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
+		s.env.noteTaskErr(s.p, err)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
@@ -800,7 +790,7 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 // step fetches once and applies what it got. It returns the number of
 // records read and false when ctx is done or the store closed.
 func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64, log *slog.Logger) (int, bool) {
-	recs, _, ok := s.w.fetchRetrying(ctx, r, log)
+	recs, _, ok := s.env.fetchRetrying(ctx, r, log)
 	if !ok {
 		return 0, false
 	}
@@ -844,7 +834,7 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 	if len(recs) == 0 {
 		return
 	}
-	w := s.w
+	w := s.env
 	if d.n == 0 {
 		d.maxTs = math.MinInt64
 	}
@@ -861,7 +851,7 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 		}
 		if err != nil {
 			if rec.Offset >= dlqFrom {
-				d.dead = append(d.dead, newDeadLetter(w.cfg.Topics.Market, s.p, *rec, err))
+				d.dead = append(d.dead, newDeadLetter(w.topics.Market, s.p, *rec, err))
 			}
 			continue
 		}
@@ -874,8 +864,8 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 // applyDecoded writes the dead letters of d, then its ticks and the offset
 // of its last record in one batch.
 func (s *stateTask) applyDecoded(ctx context.Context, d decodedBatch) error {
-	w := s.w
-	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(d.n))
+	w := s.env
+	w.metrics.Records.WithLabelValues(w.topics.Market).Add(float64(d.n))
 	if len(d.dead) > 0 {
 		if err := w.writeOut(ctx, nil, d.dead); err != nil {
 			return err
@@ -924,7 +914,7 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle, limit time.Du
 	warned := false
 	// With a grace, the market must be read past tsMs + grace, or be
 	// found at its end no earlier than that time by the clock.
-	grace := s.w.cfg.Grace.Milliseconds()
+	grace := s.env.limits.Grace.Milliseconds()
 	past := tsMs
 	if grace > 0 && tsMs < math.MaxInt64-grace {
 		past = tsMs + grace
@@ -947,11 +937,11 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle, limit time.Du
 			// Not read past tsMs: wait until the reader reaches the end the
 			// log has now, which includes every record produced before the
 			// caller's.
-			if e, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.Topics.Market, s.p, kafka.LastOffset); err == nil {
+			if e, err := listOffset(ctx, s.env.client, s.env.topics.Market, s.p, kafka.LastOffset); err == nil {
 				end = e
 				continue
 			}
-			s.w.metrics.FetchErrors.Inc() // retried at the next recheck
+			s.env.metrics.FetchErrors.Inc() // retried at the next recheck
 		}
 		var restoring <-chan struct{}
 		if !restored {
@@ -969,8 +959,8 @@ func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle, limit time.Du
 		case <-recheck.C:
 			if !warned && restored {
 				warned = true
-				s.w.log.Warn("a notification waits for the market to be read past its time; it is not joined before (the market partition may have no leader)",
-					"task", s.p, "topic", s.w.cfg.Topics.Market, "notification_ts_ms", tsMs, "waited", time.Since(began).Round(time.Millisecond))
+				s.env.log.Warn("a notification waits for the market to be read past its time; it is not joined before (the market partition may have no leader)",
+					"task", s.p, "topic", s.env.topics.Market, "notification_ts_ms", tsMs, "waited", time.Since(began).Round(time.Millisecond))
 			}
 			recheck.Reset(idle)
 		case <-ctx.Done():

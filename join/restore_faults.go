@@ -166,11 +166,11 @@ func (w *Processor) adoptStore(ctx context.Context, p int, store *statestore.Sto
 		}
 		return
 	}
-	st := newStateTask(w, p, store, inProc)
+	st := newStateTask(&w.taskEnv, p, store, inProc)
 	w.states[p] = st
 	var pt *processTask
 	if inProc && w.procs[p] == nil {
-		pt = newProcessTask(w, p, st)
+		pt = newProcessTask(&w.taskEnv, p, st)
 		w.procs[p] = pt
 	}
 	w.mu.Unlock()

@@ -183,8 +183,8 @@ type taskErr struct {
 	at  time.Time
 }
 
-// noteTaskErr records err as task p's last error (on error paths only).
-func (w *Processor) noteTaskErr(p int, err error) {
+// noteErr records err as task p's last error (on error paths only).
+func (w *statusState) noteErr(p int, err error) {
 	w.histMu.Lock()
 	defer w.histMu.Unlock()
 	if w.taskErrs == nil {

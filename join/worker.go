@@ -58,7 +58,6 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
-	"github.com/joiner-dev/joiner/internal/lograte"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
@@ -157,25 +156,13 @@ type Membership interface {
 
 // Processor is one member's task processor. It implements group.Handler.
 type Processor struct {
-	cfg     Config
-	log     *slog.Logger
-	metrics *Metrics
-	alerts  *record.AlertEncoder // of this worker's alerts
-	dec     *record.Decoder      // of its input records
-	lateLog *lograte.Limiter     // late ticks, per task
-	reg     *prometheus.Registry // nil when Config.Registerer was given
-	remote  *remoteClient
-	// outLog logs dead letters and output failures, one line per kind
-	// per interval.
-	outLog *lograte.Limiter
-	// outBlocked counts the writes failing with an error no retry fixes,
-	// and outFault is the latest such error (/readyz,
-	// joiner_output_blocked); guarded by outMu.
-	outMu      sync.Mutex
-	outBlocked int
-	outFault   string
+	// taskEnv is what the tasks are handed (env.go): the metrics, the
+	// loggers, the output and the group's committed offsets are in it.
+	taskEnv
 
-	member Membership
+	cfg    Config
+	reg    *prometheus.Registry // nil when Config.Registerer was given
+	remote *remoteClient
 
 	faults storeFaults // tasks whose store failed (restore_faults.go)
 
@@ -203,10 +190,9 @@ type Processor struct {
 
 	// The join and moved counts of Stats are read from metrics; these two
 	// have no metric of the same meaning.
-	restoredRecords atomic.Int64             // market records read by completed restores
-	restores        atomic.Int64             // state tasks started
-	commitMu        sync.Mutex               // serializes commits
-	committed       map[string]map[int]int64 // last successful commit; guarded by commitMu
+	restores  atomic.Int64             // state tasks started
+	commitMu  sync.Mutex               // serializes commits
+	committed map[string]map[int]int64 // last successful commit; guarded by commitMu
 
 	statusState // taskstatus.go
 }
@@ -254,7 +240,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.HistoryRetention, time.Hour)
 	defDur(&c.StallTimeout, time.Minute)
 	if c.BulkRestoreMin == 0 {
-		c.BulkRestoreMin = restoreLoadMin
+		c.BulkRestoreMin = DefaultBulkRestoreMin
 	}
 	if c.MaxRecordBytes <= 0 {
 		c.MaxRecordBytes = record.DefaultMaxRecordBytes
@@ -276,11 +262,6 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	cfg = cfg.withDefaults()
 	w := &Processor{
 		cfg:      cfg,
-		log:      cfg.Logger.With("instance", cfg.InstanceID),
-		alerts:   record.NewAlertEncoder(cfg.InstanceID),
-		dec:      record.NewDecoder(cfg.Fields, cfg.MaxRecordBytes),
-		lateLog:  lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
-		outLog:   lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},
 		procs:    map[int]*processTask{},
@@ -291,7 +272,10 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		w.reg = prometheus.NewRegistry()
 		reg = w.reg
 	}
-	w.metrics = NewMetrics(reg)
+	w.taskEnv.init(cfg, cfg.Logger.With("instance", cfg.InstanceID), NewMetrics(reg))
+	w.peers = w
+	w.status = &w.statusState
+	w.taskGauges = w.updateTaskGauges
 	w.registerFaultMetrics(reg)
 	w.loadPartitionCounts()
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
@@ -508,7 +492,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 			w.storeFaultLocked(p, err)
 			continue
 		}
-		st := newStateTask(w, p, store, colocated(p))
+		st := newStateTask(&w.taskEnv, p, store, colocated(p))
 		st.fromCopy = copies[p]
 		newStates = append(newStates, st)
 		fresh[p] = st
@@ -526,7 +510,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 				continue // its store failed to open: not processed here (restore_faults.go)
 			}
 		}
-		newProcs = append(newProcs, newProcessTask(w, p, st))
+		newProcs = append(newProcs, newProcessTask(&w.taskEnv, p, st))
 	}
 	for _, p := range wantStandby {
 		if _, ok := w.standbys[p]; ok {
@@ -539,7 +523,7 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 			w.log.Warn("cannot open the store of a standby task; this member keeps no copy of it", "task", p, "err", err)
 			continue
 		}
-		newStandbys = append(newStandbys, newStandbyTask(w, p, store, warm[p]))
+		newStandbys = append(newStandbys, newStandbyTask(&w.taskEnv, p, store, warm[p]))
 	}
 	w.mu.RUnlock()
 	for p, s := range kept { // not taken by a new task (cannot happen): do not leak it open
