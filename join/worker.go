@@ -30,7 +30,13 @@
 // The files, by stage:
 //
 //	input*.go    the edges: Fetcher and Writer, the partition reader, offset resets
-//	restore*.go  state tasks: restore and tail market-p into the store; stores that fail to open
+//	env.go       the task environment: what the Processor hands its tasks
+//	taskplan.go  the task manager: what an assignment changes (Assigned carries it out)
+//	restore.go   state tasks: their lifecycle and roles; restore and tail market-p into the store
+//	restore_load.go    the bulk load of a long restore
+//	restore_copy.go    dead-lettering the ticks a promoted standby copy skipped
+//	restore_wait.go    waiting for a task's state to be read past a notification
+//	restore_faults.go  stores that fail to open
 //	merge.go     the aligned merge of market-p and notifications-p of a merged task
 //	process.go   process tasks: decode, hold, join every notification of a batch
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
@@ -38,7 +44,7 @@
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
 //	gate.go      a process task's gate, closed when the task is revoked
-//	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
+//	worker.go    the Processor: configuration, rebalance (Assigned), Held and Owned
 //	progress.go  each task's lag from its partition's end, and stalls (no progress with lag)
 //	status.go    readiness, Stats and the assignment view
 //	taskstatus.go  each task's state for the status page, the rebalance history
