@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 )
@@ -311,55 +312,16 @@ func (s *stateTask) close() error {
 // done.
 func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
-	w := s.env
-	log := w.log.With("task", s.p, "topic", w.topics.Market)
-	// A copy that a standby kept (here, or before a restart) applied its
-	// malformed ticks without dead-lettering them: see below.
-	wasCopy := s.fromCopy || s.store.Standby()
-	// Record the store's role on disk, so that after a restart a standby
-	// copy is held (Processor.Held) but not claimed as owned (Owned).
-	if err := s.store.SetStandby(s.isStandby()); err != nil {
-		log.Warn("cannot record the role of the task store; after a restart it may be reported as owned", "role", s.roleName(), "err", err)
+	log := s.env.log.With("task", s.p, "topic", s.env.topics.Market)
+	r := newPartitionReader(s.env.client, s.env.topics.Market, s.p, s.appliedOffset()+1, s.env.limits.FetchMaxWait)
+	dlqFrom, ok := s.begin(ctx, log)
+	if !ok {
+		return
 	}
-	r := newPartitionReader(w.client, w.topics.Market, s.p, s.appliedOffset()+1, w.limits.FetchMaxWait)
-	// Market records below the group's committed market offset were routed
-	// by an earlier owner; dead-letter only the ones after it. A standby
-	// dead-letters nothing: the active owner does.
-	dlqFrom := int64(math.MaxInt64)
-	if !s.isStandby() {
-		var err error
-		if dlqFrom, err = w.committedOffset(ctx, w.topics.Market, s.p); err != nil {
-			return
-		}
-	}
-	s.dlqFrom = dlqFrom
-	if wasCopy && !s.isStandby() && s.appliedOffset() >= dlqFrom {
-		// The standby skipped the malformed ticks after the group's
-		// committed market offset, which the dead owner may not have
-		// routed yet: route them now, so none silently vanishes.
-		if !s.deadLetterCopied(ctx, dlqFrom, s.appliedOffset()+1, log) {
-			return
-		}
-	}
-
 	began := time.Now()
-	var first, end int64
-	var err error
-	for attempt := 0; ; attempt++ {
-		first, end, err = r.bounds(ctx)
-		if err == nil {
-			break
-		}
-		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
-		w.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", w.topics.Market, s.p, err))
-		if sleep(ctx, backoff(attempt)) != nil {
-			return
-		}
-	}
-	if r.next < first {
-		// A new store, or one older than the log's retention: the log
-		// holds nothing before first.
-		r.next = first
+	end, ok := s.restoreBounds(ctx, r, log)
+	if !ok {
+		return
 	}
 	s.rc.began.Store(began.UnixNano())
 	s.rc.from.Store(r.next)
@@ -370,6 +332,73 @@ func (s *stateTask) run(ctx context.Context) {
 	if !ok {
 		return
 	}
+	s.restoreDone(began, restoredRecords, r.next, log)
+	s.tail(ctx, r, dlqFrom, log)
+}
+
+// begin records the store's role on disk and works out from which market
+// offset malformed ticks are dead-lettered (dlqFrom); an active task whose
+// store was a standby copy first routes the ones the copy skipped. It
+// reports false when ctx ended first.
+func (s *stateTask) begin(ctx context.Context, log *slog.Logger) (dlqFrom int64, ok bool) {
+	// A copy that a standby kept (here, or before a restart) applied its
+	// malformed ticks without dead-lettering them: see below.
+	wasCopy := s.fromCopy || s.store.Standby()
+	// Record the store's role on disk, so that after a restart a standby
+	// copy is held (Processor.Held) but not claimed as owned (Owned).
+	if err := s.store.SetStandby(s.isStandby()); err != nil {
+		log.Warn("cannot record the role of the task store; after a restart it may be reported as owned", "role", s.roleName(), "err", err)
+	}
+	// Market records below the group's committed market offset were routed
+	// by an earlier owner; dead-letter only the ones after it. A standby
+	// dead-letters nothing: the active owner does.
+	dlqFrom = int64(math.MaxInt64)
+	if !s.isStandby() {
+		var err error
+		if dlqFrom, err = s.env.committedOffset(ctx, s.env.topics.Market, s.p); err != nil {
+			return 0, false
+		}
+	}
+	s.dlqFrom = dlqFrom
+	if wasCopy && !s.isStandby() && s.appliedOffset() >= dlqFrom {
+		// The standby skipped the malformed ticks after the group's
+		// committed market offset, which the dead owner may not have
+		// routed yet: route them now, so none silently vanishes.
+		if !s.deadLetterCopied(ctx, dlqFrom, s.appliedOffset()+1, log) {
+			return 0, false
+		}
+	}
+	return dlqFrom, true
+}
+
+// restoreBounds reads the offsets the restore goes to (end) and from
+// (r.next, moved up to the log's first offset), failures retried with
+// backoff; false when ctx ended first.
+func (s *stateTask) restoreBounds(ctx context.Context, r *partitionReader, log *slog.Logger) (end int64, ok bool) {
+	var first int64
+	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
+		s.env.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", s.env.topics.Market, s.p, err))
+		return nil
+	}, func(ctx context.Context) (err error) {
+		first, end, err = r.bounds(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, false
+	}
+	if r.next < first {
+		// A new store, or one older than the log's retention: the log
+		// holds nothing before first.
+		r.next = first
+	}
+	return end, true
+}
+
+// restoreDone marks the restore complete, the market to be read on from
+// resumeAt, and counts it.
+func (s *stateTask) restoreDone(began time.Time, restoredRecords, resumeAt int64, log *slog.Logger) {
+	w := s.env
 	secs := time.Since(began).Seconds()
 	if !s.isStandby() {
 		// Stats and joiner_restore_seconds cover what kept an active task
@@ -377,7 +406,7 @@ func (s *stateTask) run(ctx context.Context) {
 		w.metrics.RestoreSeconds.Observe(secs)
 		w.restoredRecords.Add(restoredRecords)
 	}
-	s.resumeAt = r.next
+	s.resumeAt = resumeAt
 	close(s.restored)
 	w.taskGauges()
 	attrs := []any{"records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", s.bulk}
@@ -385,8 +414,14 @@ func (s *stateTask) run(ctx context.Context) {
 		attrs = append(attrs, "store_seconds", s.loadCommits.Seconds())
 	}
 	log.Info("restore complete", attrs...)
+}
+
+// tail prunes the restored task's history every pruneInterval and, unless
+// the task is merged (its process task reads the market then), tails the
+// market from r until ctx is done.
+func (s *stateTask) tail(ctx context.Context, r *partitionReader, dlqFrom int64, log *slog.Logger) {
 	s.prunedCut = math.MinInt64
-	prune := time.NewTicker(w.pruneInterval())
+	prune := time.NewTicker(s.env.pruneInterval())
 	defer prune.Stop()
 	if s.merged {
 		// The process task reads the market from here, merged with the
@@ -543,19 +578,19 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 	if d.n == 0 {
 		return nil
 	}
-	for attempt := 0; ; attempt++ {
-		err := s.applyDecoded(ctx, d)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
-			return err
-		}
+	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
 		s.env.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
 		s.env.noteTaskErr(s.p, err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
+		return nil
+	}, func(ctx context.Context) error {
+		err := s.applyDecoded(ctx, d)
+		if err != nil && (ctx.Err() != nil || errors.Is(err, errTaskStopped)) {
+			return retry.Permanent(err)
 		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	s.advance(d.last+1, d.maxTs)
 	return nil

@@ -9,6 +9,9 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"time"
+
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 )
 
 // deadLetterCopied dead-letters the malformed records of market-p in
@@ -20,34 +23,36 @@ func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *s
 	w := s.env
 	r := newPartitionReader(w.client, w.topics.Market, s.p, from, w.limits.FetchMaxWait)
 	routed := 0
-	for attempt := 0; r.next < to; {
-		recs, err := r.fetch(ctx)
-		if err == nil {
-			recs = slices.DeleteFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to })
-			var d decodedBatch
-			if s.decodeInto(&d, recs, from); len(d.dead) > 0 {
-				if err = w.writeOut(ctx, nil, d.dead); err == nil {
-					routed += len(d.dead)
+	for r.next < to {
+		// One round: a fetch and its dead letters, retried until it
+		// succeeds; each round's retries start from the shortest delay.
+		err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.next, "to_offset", to, "err", err)
+			return nil
+		}, func(ctx context.Context) error {
+			recs, err := r.fetch(ctx)
+			if err == nil {
+				recs = slices.DeleteFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to })
+				var d decodedBatch
+				if s.decodeInto(&d, recs, from); len(d.dead) > 0 {
+					if err = w.writeOut(ctx, nil, d.dead); err == nil {
+						routed += len(d.dead)
+					}
 				}
 			}
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		if err != nil {
-			// Nothing is skipped: the reader goes back to the first
-			// record of the failed round.
-			if len(recs) > 0 {
+			if ctx.Err() != nil {
+				return retry.Permanent(ctx.Err())
+			}
+			if err != nil && len(recs) > 0 {
+				// Nothing is skipped: the reader goes back to the first
+				// record of the failed round.
 				r.next = recs[0].Offset
 			}
-			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.next, "to_offset", to, "err", err)
-			if sleep(ctx, backoff(attempt)) != nil {
-				return false
-			}
-			attempt++
-			continue
+			return err
+		})
+		if err != nil {
+			return false
 		}
-		attempt = 0
 	}
 	s.rc.dead.Add(int64(routed))
 	if routed > 0 {

@@ -114,6 +114,9 @@ func (w *Processor) retryStore(ctx context.Context, r *storeRetry, err error) {
 		w.failTask(p, err)
 		return
 	}
+	// Not backoff.Do: the first attempt was Assigned's, so each retry
+	// waits (and says how long) before it, and after storeOpenAttempts
+	// the store is rebuilt instead of given up on.
 	for attempt := range storeOpenAttempts {
 		d := backoff(attempt)
 		w.log.Warn("retrying to open the task store", "task", p, "attempt", attempt+1, "of", storeOpenAttempts, "in", d, "err", err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/statestore"
 )
 
@@ -145,17 +146,19 @@ func (s *stateTask) loadDecodedRetrying(ctx context.Context, load *restoreLoad, 
 	}
 	w := s.env
 	w.metrics.Records.WithLabelValues(w.topics.Market).Add(float64(d.n))
-	for attempt := 0; len(d.dead) > 0; attempt++ {
-		err := w.writeOut(ctx, nil, d.dead)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
+	if len(d.dead) > 0 {
+		err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+			w.log.Warn("dead-lettering malformed market records failed; retrying", "task", s.p, "err", err)
+			w.noteTaskErr(s.p, err)
+			return nil
+		}, func(ctx context.Context) error {
+			err := w.writeOut(ctx, nil, d.dead)
+			if err != nil && ctx.Err() != nil {
+				return retry.Permanent(err)
+			}
 			return err
-		}
-		w.log.Warn("dead-lettering malformed market records failed; retrying", "task", s.p, "err", err)
-		w.noteTaskErr(s.p, err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -175,20 +178,19 @@ func (s *stateTask) commitLoadRetrying(ctx context.Context, load *restoreLoad) e
 	}
 	began := time.Now()
 	defer func() { s.loadCommits += time.Since(began) }()
-	for attempt := 0; ; attempt++ {
-		err := load.l.Commit(load.last)
-		if err == nil {
-			break
-		}
-		err = taskStoppedErr(err)
-		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
-			return err
-		}
+	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
 		s.env.log.Warn("storing restored market records failed; retrying", "task", s.p, "offset", load.last, "err", err)
 		s.env.noteTaskErr(s.p, err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
+		return nil
+	}, func(ctx context.Context) error {
+		err := taskStoppedErr(load.l.Commit(load.last))
+		if err != nil && (ctx.Err() != nil || errors.Is(err, errTaskStopped)) {
+			return retry.Permanent(err)
 		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	s.advance(load.last+1, load.maxTs)
 	load.added, load.maxTs = false, -1
