@@ -260,17 +260,12 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 	}
 	var (
 		dead   []deadLetter
-		others []record.Alert
-		notes  []record.NotificationValue // of others
-		heads  [][]kafka.Header           // of others
-		tasks  []int
-		extras [][]int // per other: more tasks to consult (repartition.go)
+		others otherJoins
 		price  float64
 		// misrouted counts the notifications not in their symbol's
 		// partition.
 		misrouted int
 	)
-	var offs []int64 // of others
 	for _, rec := range recs {
 		e.src = rec.Offset
 		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
@@ -297,16 +292,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		// other, and no symbol that moved between tasks) newer than its
 		// newest price, whose alert fields are encoded once.
 		c, ok := t.latest[n.Symbol]
-		if ok && c.tick.TimestampMs <= nTsMs {
-			t.st.noteJoined(nTsMs)
-			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.priceFields(), record.ResultLocal)
-			continue
-		}
-		// Between the newest version and the one before, which pruning
-		// keeps while it is newer than the cut.
-		if ok && c.hasPrev && c.prev.TimestampMs <= nTsMs && t.st.keeps(c.prev.TimestampMs) {
-			t.st.noteJoined(nTsMs)
-			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.prevPriceFields(), record.ResultLocal)
+		if ok && t.joinLatest(e, c, &n, rec.Headers, nTsMs) {
 			continue
 		}
 		a := record.Alert{Notification: record.Notification{Symbol: n.Symbol}, NotificationTsMs: nTsMs, Worker: w.instanceID}
@@ -323,10 +309,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			more = extraTasks(n.Symbol, q, t.p, t.st != nil, past)
 		}
 		if t.st == nil || q != t.p || len(more) > 0 {
-			others, notes, heads = append(others, a), append(notes, n), append(heads, rec.Headers)
-			tasks = append(tasks, q)
-			extras = append(extras, more)
-			offs = append(offs, rec.Offset)
+			others.add(a, n, rec, q, more)
 			continue
 		}
 		if err := w.peers.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
@@ -338,18 +321,56 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		}
 		e.addJoined(w.alerts, &n, rec.Headers, &a)
 	}
-	if len(others) > 0 {
-		if err := t.joinAll(ctx, others, tasks, extras); err != nil {
+	if len(others.alerts) > 0 {
+		if err := t.joinAll(ctx, others.alerts, others.tasks, others.extras); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
-		for i := range others {
-			e.src = offs[i]
-			e.addJoined(w.alerts, &notes[i], heads[i], &others[i])
+		for i := range others.alerts {
+			e.src = others.offs[i]
+			e.addJoined(w.alerts, &others.notes[i], others.heads[i], &others.alerts[i])
 		}
 	}
 	w.metrics.Misrouted.Add(float64(misrouted))
 	return dead, nil
+}
+
+// joinLatest makes the common joins of a merged task from c, its
+// symbol's newest prices: a notification at nTsMs at or after the newest
+// version, or between it and the one before (which pruning keeps while it
+// is newer than the cut). It reports whether it joined the notification.
+func (t *processTask) joinLatest(e *encoded, c *latestPrice, n *record.NotificationValue, headers []kafka.Header, nTsMs int64) bool {
+	var fields []byte
+	switch {
+	case c.tick.TimestampMs <= nTsMs:
+		fields = c.priceFields()
+	case c.hasPrev && c.prev.TimestampMs <= nTsMs && t.st.keeps(c.prev.TimestampMs):
+		fields = c.prevPriceFields()
+	default:
+		return false
+	}
+	t.st.noteJoined(nTsMs)
+	e.addPriced(t.env.alerts, n, headers, nTsMs, fields, record.ResultLocal)
+	return true
+}
+
+// otherJoins are the notifications of a batch joined from other tasks
+// than the batch's own (joinAll), with what their alerts are encoded
+// from once joined.
+type otherJoins struct {
+	alerts []record.Alert
+	notes  []record.NotificationValue
+	heads  [][]kafka.Header
+	offs   []int64
+	tasks  []int   // the task of each alert's symbol
+	extras [][]int // per alert: more tasks to consult (repartition.go)
+}
+
+func (o *otherJoins) add(a record.Alert, n record.NotificationValue, rec fetchedRecord, q int, more []int) {
+	o.alerts, o.notes, o.heads = append(o.alerts, a), append(o.notes, n), append(o.heads, rec.Headers)
+	o.offs = append(o.offs, rec.Offset)
+	o.tasks = append(o.tasks, q)
+	o.extras = append(o.extras, more)
 }
 
 // joinAll looks up the price of each alert's notification as of its
