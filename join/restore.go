@@ -578,22 +578,30 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 	if d.n == 0 {
 		return nil
 	}
-	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
-		s.env.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
+	if err := s.storeRetrying(ctx, "applying market records failed; retrying", func(ctx context.Context) error {
+		return s.applyDecoded(ctx, d)
+	}); err != nil {
+		return err
+	}
+	s.advance(d.last+1, d.maxTs)
+	return nil
+}
+
+// storeRetrying calls fn until it succeeds, each failure logged (msg,
+// with attrs) and noted as the task's last error, with backoff. It fails
+// only when ctx is done or the store was closed (errTaskStopped).
+func (s *stateTask) storeRetrying(ctx context.Context, msg string, fn func(ctx context.Context) error, attrs ...any) error {
+	return retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+		s.env.log.Warn(msg, append(append([]any{"task", s.p}, attrs...), "err", err)...)
 		s.env.noteTaskErr(s.p, err)
 		return nil
 	}, func(ctx context.Context) error {
-		err := s.applyDecoded(ctx, d)
+		err := taskStoppedErr(fn(ctx))
 		if err != nil && (ctx.Err() != nil || errors.Is(err, errTaskStopped)) {
 			return retry.Permanent(err)
 		}
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	s.advance(d.last+1, d.maxTs)
-	return nil
 }
 
 // step fetches once and applies what it got. It returns the number of

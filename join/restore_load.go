@@ -6,13 +6,11 @@ package join
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
-	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/statestore"
 )
 
@@ -147,18 +145,9 @@ func (s *stateTask) loadDecodedRetrying(ctx context.Context, load *restoreLoad, 
 	w := s.env
 	w.metrics.Records.WithLabelValues(w.topics.Market).Add(float64(d.n))
 	if len(d.dead) > 0 {
-		err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
-			w.log.Warn("dead-lettering malformed market records failed; retrying", "task", s.p, "err", err)
-			w.noteTaskErr(s.p, err)
-			return nil
-		}, func(ctx context.Context) error {
-			err := w.writeOut(ctx, nil, d.dead)
-			if err != nil && ctx.Err() != nil {
-				return retry.Permanent(err)
-			}
-			return err
-		})
-		if err != nil {
+		if err := s.storeRetrying(ctx, "dead-lettering malformed market records failed; retrying", func(ctx context.Context) error {
+			return w.writeOut(ctx, nil, d.dead)
+		}); err != nil {
 			return err
 		}
 	}
@@ -178,18 +167,9 @@ func (s *stateTask) commitLoadRetrying(ctx context.Context, load *restoreLoad) e
 	}
 	began := time.Now()
 	defer func() { s.loadCommits += time.Since(began) }()
-	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
-		s.env.log.Warn("storing restored market records failed; retrying", "task", s.p, "offset", load.last, "err", err)
-		s.env.noteTaskErr(s.p, err)
-		return nil
-	}, func(ctx context.Context) error {
-		err := taskStoppedErr(load.l.Commit(load.last))
-		if err != nil && (ctx.Err() != nil || errors.Is(err, errTaskStopped)) {
-			return retry.Permanent(err)
-		}
-		return err
-	})
-	if err != nil {
+	if err := s.storeRetrying(ctx, "storing restored market records failed; retrying", func(context.Context) error {
+		return load.l.Commit(load.last)
+	}, "offset", load.last); err != nil {
 		return err
 	}
 	s.advance(load.last+1, load.maxTs)
