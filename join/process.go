@@ -393,37 +393,8 @@ func (o *otherJoins) add(a record.Alert, n record.NotificationValue, rec fetched
 func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int, extras [][]int) error {
 	w := t.env
 	merged := t.st != nil
-	limit := w.limits.RemoteTimeout
-	if merged {
-		limit = crossTaskWait
-	}
-	var newest map[int]int64
-	wait := func(q int, ts int64) {
-		if t.st == nil || q != t.p {
-			if newest == nil {
-				newest = map[int]int64{}
-			}
-			newest[q] = max(newest[q], ts)
-		}
-	}
-	for i, q := range tasks {
-		wait(q, alerts[i].NotificationTsMs)
-		for _, c := range extras[i] {
-			wait(c, alerts[i].NotificationTsMs)
-		}
-	}
-	for q, ts := range newest {
-		if st := w.peers.stateTask(q); st != nil {
-			if err := st.waitFor(ctx, ts, w.limits.MaxTaskIdle, limit); err != nil {
-				switch {
-				case ctx.Err() != nil:
-					return ctx.Err()
-				case errors.Is(err, errNotReadPast):
-					return fmt.Errorf("%w: %w", errLookup, err)
-				}
-				// The task stopped here: lookupIn asks its new owner.
-			}
-		}
+	if err := t.waitForTasks(ctx, alerts, tasks, extras); err != nil {
+		return err
 	}
 	// The prices are kept in one array per call, not one allocation per
 	// alert.
@@ -488,6 +459,47 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		return err
 	}
 	return failed
+}
+
+// waitForTasks waits until the state tasks held here of the other tasks
+// the alerts are joined from (tasks[i] and extras[i] for alerts[i]) are
+// read past the newest of their notifications: up to RemoteTimeout, or
+// crossTaskWait for a merged task (joinAll).
+func (t *processTask) waitForTasks(ctx context.Context, alerts []record.Alert, tasks []int, extras [][]int) error {
+	w := t.env
+	limit := w.limits.RemoteTimeout
+	if t.st != nil {
+		limit = crossTaskWait
+	}
+	var newest map[int]int64
+	wait := func(q int, ts int64) {
+		if t.st == nil || q != t.p {
+			if newest == nil {
+				newest = map[int]int64{}
+			}
+			newest[q] = max(newest[q], ts)
+		}
+	}
+	for i, q := range tasks {
+		wait(q, alerts[i].NotificationTsMs)
+		for _, c := range extras[i] {
+			wait(c, alerts[i].NotificationTsMs)
+		}
+	}
+	for q, ts := range newest {
+		if st := w.peers.stateTask(q); st != nil {
+			if err := st.waitFor(ctx, ts, w.limits.MaxTaskIdle, limit); err != nil {
+				switch {
+				case ctx.Err() != nil:
+					return ctx.Err()
+				case errors.Is(err, errNotReadPast):
+					return fmt.Errorf("%w: %w", errLookup, err)
+				}
+				// The task stopped here: lookupIn asks its new owner.
+			}
+		}
+	}
+	return nil
 }
 
 // remoteExtras reports whether one of tasks is not held here (its lookup

@@ -145,31 +145,36 @@ func planTasks(cur runningTasks, want wantedTasks) taskPlan {
 			plan.startStandby = append(plan.startStandby, taskStart{p: p, warm: warm[p]})
 		}
 	}
-	wasActive := map[int]bool{}
+	plan.revoked, plan.assigned = activeChanges(cur, want)
+	return plan
+}
+
+// activeChanges are the tasks that stop (revoked) and start (assigned)
+// being active (a state or a process task) from cur to want, ascending.
+func activeChanges(cur runningTasks, want wantedTasks) (revoked, assigned []int) {
+	was, now := map[int]bool{}, map[int]bool{}
 	for p := range cur.states {
-		wasActive[p] = true
+		was[p] = true
 	}
 	for p := range cur.procs {
-		wasActive[p] = true
+		was[p] = true
 	}
-	for p := range wasActive {
-		if !inState[p] && !inProc[p] {
-			plan.revoked = append(plan.revoked, p)
+	for _, p := range slices.Concat(want.state, want.proc) {
+		now[p] = true
+	}
+	for p := range was {
+		if !now[p] {
+			revoked = append(revoked, p)
 		}
 	}
-	for p := range inState {
-		if _, ok := wasActive[p]; !ok {
-			plan.assigned = append(plan.assigned, p)
+	for p := range now {
+		if !was[p] {
+			assigned = append(assigned, p)
 		}
 	}
-	for p := range inProc {
-		if _, ok := wasActive[p]; !ok && !inState[p] {
-			plan.assigned = append(plan.assigned, p)
-		}
-	}
-	slices.Sort(plan.revoked)
-	slices.Sort(plan.assigned)
-	return plan
+	slices.Sort(revoked)
+	slices.Sort(assigned)
+	return revoked, assigned
 }
 
 // stops reports whether the plan stops anything.
