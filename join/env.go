@@ -1,12 +1,12 @@
 package join
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/internal/lograte"
 	"github.com/joiner-dev/joiner/record"
 )
@@ -59,8 +59,10 @@ type taskEnv struct {
 	outBlocked int
 	outFault   string
 
-	// peers answers what a task asks of the other tasks.
-	peers peers
+	// peers answers what a task asks of the other tasks; remote asks
+	// another member for a price.
+	peers  peers
+	remote *remoteClient
 	// status records each task's last error (the status page).
 	status *statusState
 	// taskGauges refreshes joiner_tasks (a restore completed).
@@ -92,15 +94,17 @@ type taskLimits struct {
 }
 
 // peers is what a task asks of the other tasks, on this member or on
-// another: their state tasks here, a price as of a time (lookup.go), and
-// the partition counts a symbol's task depends on (repartition.go). The
-// Processor answers from its assignment.
+// another: their state tasks here and their owners (for a price as of a
+// time, lookup.go), and the partition counts a symbol's task depends on
+// (repartition.go). The Processor answers from its assignment. (Only
+// integers cross it: a lookup's alert passed through an interface would
+// escape to the heap, one allocation per notification.)
 type peers interface {
 	// stateTask is the active state task of q on this member, nil when
 	// none.
 	stateTask(q int) *stateTask
-	lookupIn(ctx context.Context, a *record.Alert, price *float64, st *stateTask, q int, symbol string, tsMs int64, once bool) error
-	lookup(ctx context.Context, a *record.Alert, price *float64, q int, symbol string, tsMs int64, once bool) error
+	// owner is the member that owns q in the current assignment.
+	owner(q int) (group.Owner, bool)
 	mapping() (parts int, past []int)
 	repartitioning(parts int) bool
 }

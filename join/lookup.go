@@ -209,13 +209,13 @@ var errLookup = errors.New("price lookup failed")
 // lookup sets a's result and price as of tsMs for symbol, whose task is q:
 // from the local store when this member holds q, otherwise from q's owner
 // (once, without retries, for a merge loop: see lookupOnce).
-func (w *Processor) lookup(ctx context.Context, a *record.Alert, price *float64, q int, symbol string, tsMs int64, once bool) error {
-	return w.lookupIn(ctx, a, price, w.stateTask(q), q, symbol, tsMs, once)
+func (w *taskEnv) lookup(ctx context.Context, a *record.Alert, price *float64, q int, symbol string, tsMs int64, once bool) error {
+	return w.lookupIn(ctx, a, price, w.peers.stateTask(q), q, symbol, tsMs, once)
 }
 
 // lookupIn is lookup with q's state task (nil when not held here) already
 // looked up.
-func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float64, st *stateTask, q int, symbol string, tsMs int64, once bool) error {
+func (w *taskEnv) lookupIn(ctx context.Context, a *record.Alert, price *float64, st *stateTask, q int, symbol string, tsMs int64, once bool) error {
 	if st != nil {
 		tick, match, err := st.getAsOf(symbol, tsMs)
 		switch {
@@ -227,8 +227,8 @@ func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float6
 		}
 		// The task left this member meanwhile: ask its new owner.
 	}
-	owner, ok := w.owner(q)
-	if !ok || owner.InstanceID == w.cfg.InstanceID || owner.Addr == "" {
+	owner, ok := w.peers.owner(q)
+	if !ok || owner.InstanceID == w.instanceID || owner.Addr == "" {
 		return fmt.Errorf("%w: task %d of %q has no known owner to ask", errLookup, q, symbol)
 	}
 	ask := w.remote.lookup

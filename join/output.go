@@ -244,13 +244,13 @@ func (w *taskEnv) writeOutWith(ctx context.Context, s *outScratch, task int, bat
 	if s == nil {
 		s = &outScratch{}
 	}
-	o := outWrite{w: w, msgs: s.msgs[:0], notes: s.notes[:0], task: task, batches: batches, dead: len(dead), onErr: s.onErr}
+	o := outWrite{w: w, msgs: s.msgs[:0], notes: s.notes[:0], task: task, dead: len(dead), onErr: s.onErr}
 	defer func() {
 		clear(o.msgs) // no stale references to batches and dead letters
 		clear(o.notes)
 		s.msgs, s.notes = o.msgs[:0], o.notes[:0]
 	}()
-	o.addAlerts()
+	o.addAlerts(batches)
 	o.addDeadLetters(dead)
 	if len(o.msgs) == 0 {
 		return 0, nil
@@ -260,32 +260,32 @@ func (w *taskEnv) writeOutWith(ctx context.Context, s *outScratch, task int, bat
 			w.unblockOutput()
 		}
 	}()
-	if err := o.send(ctx, o.refuseTooLarge()); err != nil {
+	if err := o.send(ctx, batches, o.refuseTooLarge(batches)); err != nil {
 		return 0, err
 	}
 	return o.report(), nil
 }
 
 // outWrite is one writeOutWith: its messages, the alerts first, and what
-// it knows of them.
+// it knows of them. (Its methods are handed the batches of alerts rather
+// than holding them: held, they would escape to the heap.)
 type outWrite struct {
 	w     *taskEnv
 	msgs  []kafka.Message
 	notes []outNote // none, or one per message once one needs it
-	// alerts is how many of msgs are alerts, those of batches, of task;
-	// dead how many dead letters were given.
+	// alerts is how many of msgs are alerts, those of the batches, of
+	// task; dead how many dead letters were given.
 	alerts, dead int
 	task         int
-	batches      []*encoded
 	onErr        func(error)
 	// blocked: this write counts in w.outBlocked.
 	blocked bool
 }
 
-// addAlerts adds the alerts of o.batches to o.msgs.
-func (o *outWrite) addAlerts() {
+// addAlerts adds the alerts of batches to o.msgs.
+func (o *outWrite) addAlerts(batches []*encoded) {
 	topic := o.w.topics.Alerts
-	for _, e := range o.batches {
+	for _, e := range batches {
 		o.msgs = slices.Grow(o.msgs, len(e.spans))
 		h := e.headers
 		for i, sp := range e.spans {
@@ -332,7 +332,7 @@ func (o *outWrite) needNotes() {
 // refuseTooLarge changes the messages larger than their topic's
 // max.message.bytes (refuse) before anything is sent. It returns the
 // indexes of the messages to send when some are dropped, else nil (all).
-func (o *outWrite) refuseTooLarge() []int {
+func (o *outWrite) refuseTooLarge(batches []*encoded) []int {
 	alertLimit, deadLimit := o.w.maxMessageBytes(o.w.topics.Alerts), o.w.maxMessageBytes(o.w.topics.DeadLetter)
 	dropped := false
 	for i := range o.msgs {
@@ -342,7 +342,7 @@ func (o *outWrite) refuseTooLarge() []int {
 		}
 		if produce.RecordBatchBytes(&o.msgs[i]) > limit {
 			o.needNotes()
-			dropped = !o.w.refuse(o.msgs, o.notes, i, o.alerts, o.task, o.batches, nil) || dropped
+			dropped = !o.w.refuse(o.msgs, o.notes, i, o.alerts, o.task, batches, nil) || dropped
 		}
 	}
 	if !dropped {
@@ -361,7 +361,7 @@ func (o *outWrite) refuseTooLarge() []int {
 // waits for Kafka to acknowledge them. The ones the broker refuses are
 // sent again changed (refuse), or not at all, at once; other failures
 // are retried with backoff until ctx is done.
-func (o *outWrite) send(ctx context.Context, at []int) error {
+func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error {
 	send := o.msgs
 	if at != nil {
 		send = nil
@@ -400,7 +400,7 @@ func (o *outWrite) send(ctx context.Context, at []int) error {
 				if at != nil {
 					i = at[i]
 				}
-				if o.w.refuse(o.msgs, o.notes, i, o.alerts, o.task, o.batches, r.Err) {
+				if o.w.refuse(o.msgs, o.notes, i, o.alerts, o.task, batches, r.Err) {
 					again = append(again, i)
 				}
 			}

@@ -312,7 +312,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			others.add(a, n, rec, q, more)
 			continue
 		}
-		if err := w.peers.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
+		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
@@ -410,13 +410,13 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 	// extra tasks' versions.
 	lookup := func(i int, st *stateTask, q int) error {
 		a, price := &alerts[i], &prices[i]
-		if err := w.peers.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
+		if err := w.lookupIn(ctx, a, price, st, q, a.Symbol, a.NotificationTsMs, merged); err != nil {
 			return err
 		}
 		for _, c := range extras[i] {
 			b := record.Alert{Notification: a.Notification, NotificationTsMs: a.NotificationTsMs, Worker: a.Worker}
 			var bp float64
-			if err := w.peers.lookup(ctx, &b, &bp, c, a.Symbol, a.NotificationTsMs, merged); err != nil {
+			if err := w.lookup(ctx, &b, &bp, c, a.Symbol, a.NotificationTsMs, merged); err != nil {
 				return err
 			}
 			if newerJoin(a, &b) {

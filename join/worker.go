@@ -166,9 +166,8 @@ type Processor struct {
 	// loggers, the output and the group's committed offsets are in it.
 	taskEnv
 
-	cfg    Config
-	reg    *prometheus.Registry // nil when Config.Registerer was given
-	remote *remoteClient
+	cfg Config
+	reg *prometheus.Registry // nil when Config.Registerer was given
 
 	faults storeFaults // tasks whose store failed (restore_faults.go)
 
