@@ -18,8 +18,9 @@ import (
 //
 // It holds the input edge (client and topics), the output edge (writer:
 // writeOut and writeOutWith in output.go), the group's committed offsets
-// (committedOffset in commit.go), the metrics, loggers and limits, and,
-// for what one task needs of the others, peers.
+// (committedOffset in commit.go), the price lookups (lookup.go), the
+// metrics, loggers and limits, and, for what one task needs of the
+// others, peers.
 //
 // The output and the commit are the two seams of delivery: every alert
 // and dead letter a task writes goes through writeOutWith (to writer),
