@@ -1,6 +1,7 @@
 package join
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/joiner-dev/joiner/group"
@@ -162,19 +163,19 @@ func activeChanges(cur runningTasks, want wantedTasks) (revoked, assigned []int)
 	for _, p := range slices.Concat(want.state, want.proc) {
 		now[p] = true
 	}
-	for p := range was {
-		if !now[p] {
-			revoked = append(revoked, p)
+	return missing(was, now), missing(now, was)
+}
+
+// missing returns the keys of a that b lacks, ascending (nil for none).
+func missing[K cmp.Ordered](a, b map[K]bool) []K {
+	var out []K
+	for k := range a {
+		if !b[k] {
+			out = append(out, k)
 		}
 	}
-	for p := range now {
-		if !was[p] {
-			assigned = append(assigned, p)
-		}
-	}
-	slices.Sort(revoked)
-	slices.Sort(assigned)
-	return revoked, assigned
+	slices.Sort(out)
+	return out
 }
 
 // stops reports whether the plan stops anything.
