@@ -125,35 +125,43 @@ func (c *planConfirm) close() {
 }
 
 // planReady returns nil when the notifications recs of task t may be
-// joined under a plan of parts partitions: the plan is not known to be
-// outdated (checkGrowth), and it is confirmed for them (confirmPlan).
+// joined under a plan of parts partitions (peers.planReady).
 func (t *processTask) planReady(ctx context.Context, parts int, recs []fetchedRecord) error {
-	if t.w.repartitioning(parts) {
-		return fmt.Errorf("%w: %w", errLookup, errRepartitioning)
-	}
-	return t.confirmPlan(ctx, parts, recs)
-}
-
-// confirmPlan returns nil once the last of recs, notifications of task p
-// joined under a plan of parts partitions, is confirmed (see above),
-// waiting for a round when needed; else an error wrapping errLookup.
-func (t *processTask) confirmPlan(ctx context.Context, parts int, recs []fetchedRecord) error {
-	w := t.w
-	c := w.confirm
-	if c == nil || len(recs) == 0 {
+	if len(recs) == 0 {
 		return nil
 	}
-	off := recs[len(recs)-1].Offset
+	return t.env.peers.planReady(ctx, parts, t.p, recs[len(recs)-1].Offset, maxTs(recs))
+}
+
+// planReady implements peers: the plan is not known to be outdated
+// (checkGrowth), and it is confirmed for the notification of task p at
+// offset off and time tsMs (confirmPlan).
+func (w *Processor) planReady(ctx context.Context, parts, p int, off, tsMs int64) error {
+	if w.repartitioning(parts) {
+		return fmt.Errorf("%w: %w", errLookup, errRepartitioning)
+	}
+	return w.confirmPlan(ctx, parts, p, off, tsMs)
+}
+
+// confirmPlan returns nil once the notification of task p at offset off
+// and time tsMs (the last of a batch), joined under a plan of parts
+// partitions, is confirmed (see above), waiting for a round when needed;
+// else an error wrapping errLookup.
+func (w *Processor) confirmPlan(ctx context.Context, parts, p int, off, tsMs int64) error {
+	c := w.confirm
+	if c == nil {
+		return nil
+	}
 	var due time.Time // the Metadata request must be sent at or after it
 	if g := w.cfg.Grace; g > 0 {
-		due = time.UnixMilli(maxTs(recs)).Add(g)
+		due = time.UnixMilli(tsMs).Add(g)
 	}
 	begin := time.Now()
 	for attempt := 0; ; attempt++ {
 		c.mu.Lock()
 		r, rerr, flight := c.last, c.lastErr, c.inFlight
 		c.mu.Unlock()
-		if r != nil && r.ends[t.p] > off && !r.sent.Before(due) {
+		if r != nil && r.ends[p] > off && !r.sent.Before(due) {
 			return w.judgeRound(r, parts)
 		}
 		if attempt > 0 && rerr != nil {
@@ -162,10 +170,10 @@ func (t *processTask) confirmPlan(ctx context.Context, parts int, recs []fetched
 		if time.Since(begin) > c.interval+partitionCountTimeout || time.Until(due) > time.Second {
 			// No round covered this batch in that time, or its grace is
 			// far ahead: retried later.
-			return fmt.Errorf("%w: %w (notification offset %d of partition %d not yet covered)", errLookup, errPlanUnconfirmed, off, t.p)
+			return fmt.Errorf("%w: %w (notification offset %d of partition %d not yet covered)", errLookup, errPlanUnconfirmed, off, p)
 		}
 		if flight == nil {
-			flight = w.startRound(ctx, t.p, due)
+			flight = w.startRound(ctx, p, due)
 		}
 		select {
 		case <-flight:

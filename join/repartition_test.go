@@ -268,8 +268,7 @@ func TestConfirmationWaitsForTheGrace(t *testing.T) {
 	waitFor(t, "task 0 processing", func() bool { return procTask(0) != nil })
 	r.f.produce("notifications", 0, 1000, "X", noteJSON("n", "X")) // offset 0, for the end offset
 	ts := time.Now()
-	recs := []fetchedRecord{{Offset: 0, Time: ts}}
-	if err := procTask(0).confirmPlan(context.Background(), 2, recs); err != nil {
+	if err := r.w.confirmPlan(context.Background(), 2, 0, 0, ts.UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(ts); d < grace {
@@ -278,7 +277,7 @@ func TestConfirmationWaitsForTheGrace(t *testing.T) {
 	// Without a grace, the next round confirms it at once.
 	r.w.cfg.Grace = 0
 	start := time.Now()
-	if err := procTask(0).confirmPlan(context.Background(), 2, []fetchedRecord{{Offset: 0, Time: time.Now()}}); err != nil {
+	if err := r.w.confirmPlan(context.Background(), 2, 0, 0, time.Now().UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > grace {
