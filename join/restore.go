@@ -328,7 +328,7 @@ func (s *stateTask) run(ctx context.Context) {
 	if err := s.store.SetStandby(s.isStandby()); err != nil {
 		log.Warn("cannot record the role of the task store; after a restart it may be reported as owned", "role", s.roleName(), "err", err)
 	}
-	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
+	r := w.reader(w.cfg.Topics.Market, s.p, s.appliedOffset()+1)
 	// Market records below the group's committed market offset were routed
 	// by an earlier owner; dead-letter only the ones after it. A standby
 	// dead-letters nothing: the active owner does.
@@ -353,7 +353,7 @@ func (s *stateTask) run(ctx context.Context) {
 	var first, end int64
 	var err error
 	for attempt := 0; ; attempt++ {
-		first, end, err = r.bounds(ctx)
+		first, end, err = r.Bounds(ctx)
 		if err == nil {
 			break
 		}
@@ -363,15 +363,15 @@ func (s *stateTask) run(ctx context.Context) {
 			return
 		}
 	}
-	if r.next < first {
+	if r.Next < first {
 		// A new store, or one older than the log's retention: the log
 		// holds nothing before first.
-		r.next = first
+		r.Next = first
 	}
 	s.rc.began.Store(began.UnixNano())
-	s.rc.from.Store(r.next)
+	s.rc.from.Store(r.Next)
 	s.rc.end.Store(end)
-	log.Info("restore started", "from_offset", r.next, "end_offset", end, "role", s.roleName(), "reason", s.restoreReason())
+	log.Info("restore started", "from_offset", r.Next, "end_offset", end, "role", s.roleName(), "reason", s.restoreReason())
 	s.observeEnd(end)
 	restoredRecords, ok := s.restore(ctx, r, end, dlqFrom, log)
 	if !ok {
@@ -384,7 +384,7 @@ func (s *stateTask) run(ctx context.Context) {
 		w.metrics.RestoreSeconds.Observe(secs)
 		w.restoredRecords.Add(restoredRecords)
 	}
-	s.resumeAt = r.next
+	s.resumeAt = r.Next
 	close(s.restored)
 	w.updateTaskGauges()
 	attrs := []any{"records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", s.bulk}
@@ -449,14 +449,14 @@ var (
 // is done or the store closed.
 func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
 	w := s.w
-	if r.next >= end {
+	if r.Next >= end {
 		return 0, true
 	}
-	if m := w.cfg.BulkRestoreMin; m >= 0 && end-r.next >= m {
+	if m := w.cfg.BulkRestoreMin; m >= 0 && end-r.Next >= m {
 		s.bulk = true
 		return s.restoreLoaded(ctx, r, end, dlqFrom, log)
 	}
-	next := r.next // r belongs to the prefetcher from here until it stops
+	next := r.Next // r belongs to the prefetcher from here until it stops
 	fctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	ch := w.prefetch(fctx, &wg, r, restorePrefetch, log)
@@ -469,7 +469,7 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		// what was.
 		stop()
 		wg.Wait()
-		r.next = next
+		r.Next = next
 	}()
 	var n int64
 	lastLog := time.Now()
@@ -514,21 +514,21 @@ var restoreStreams = 2
 // each read in restoreStreams ranges at once and committed as one load.
 // The reader is left after the last chunk committed.
 func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
-	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.next, int64(restoreLoadMaxTicks)))), last: -1, maxTs: -1}
+	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.Next, int64(restoreLoadMaxTicks)))), last: -1, maxTs: -1}
 	// Tick buffers go back to the readers once added (the Loader keeps
 	// none of them).
 	free := make(chan []statestore.Tick, 2*restoreStreams+2)
 	var n int64
 	lastLog := time.Now()
-	for r.next < end {
-		from, to := r.next, min(r.next+int64(restoreLoadMaxTicks), end)
+	for r.Next < end {
+		from, to := r.Next, min(r.Next+int64(restoreLoadMaxTicks), end)
 		streams := max(1, min(int64(restoreStreams), (to-from)/max(s.w.cfg.BulkRestoreMin/2, 1)))
 		fctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		dch := make(chan decodedBatch, 2*streams)
 		for i := range streams {
 			a, b := from+(to-from)*i/streams, from+(to-from)*(i+1)/streams
-			s.readRange(fctx, &wg, newPartitionReader(r.client, r.topic, r.partition, a, r.maxWait), b, dlqFrom, dch, free, log)
+			s.readRange(fctx, &wg, readerAt(r, a), b, dlqFrom, dch, free, log)
 		}
 		go func() { wg.Wait(); close(dch) }()
 		ok := true
@@ -561,7 +561,7 @@ func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, 
 		if err := s.commitLoadRetrying(ctx, load); err != nil {
 			return n, false
 		}
-		r.next = to
+		r.Next = to
 		s.advance(to, -1)
 	}
 	return n, true
@@ -575,7 +575,7 @@ func (s *stateTask) readRange(ctx context.Context, wg *sync.WaitGroup, r *partit
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for r.next < to {
+		for r.Next < to {
 			recs, _, ok := s.w.fetchRetrying(ctx, r, log)
 			if !ok {
 				return
@@ -592,7 +592,7 @@ func (s *stateTask) readRange(ctx context.Context, wg *sync.WaitGroup, r *partit
 			default:
 			}
 			s.decodeInto(&d, recs, dlqFrom)
-			d.next, d.hwm = r.next, r.hwm
+			d.next, d.hwm = r.Next, r.HWM
 			select {
 			case dch <- d:
 			case <-ctx.Done():
@@ -677,10 +677,10 @@ func (s *stateTask) commitLoadRetrying(ctx context.Context, load *restoreLoad) e
 // twice (at least once).
 func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *slog.Logger) bool {
 	w := s.w
-	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, from, w.cfg.FetchMaxWait)
+	r := w.reader(w.cfg.Topics.Market, s.p, from)
 	routed := 0
-	for attempt := 0; r.next < to; {
-		recs, err := r.fetch(ctx)
+	for attempt := 0; r.Next < to; {
+		recs, err := r.Fetch(ctx)
 		if err == nil {
 			recs = slices.DeleteFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to })
 			var d decodedBatch
@@ -697,9 +697,9 @@ func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *s
 			// Nothing is skipped: the reader goes back to the first
 			// record of the failed round.
 			if len(recs) > 0 {
-				r.next = recs[0].Offset
+				r.Next = recs[0].Offset
 			}
-			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.next, "to_offset", to, "err", err)
+			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.Next, "to_offset", to, "err", err)
 			if sleep(ctx, backoff(attempt)) != nil {
 				return false
 			}
@@ -807,8 +807,8 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 	if err := s.applyRetrying(ctx, recs, dlqFrom); err != nil {
 		return 0, false
 	}
-	s.advance(r.next, -1)
-	s.observeEnd(r.hwm)
+	s.advance(r.Next, -1)
+	s.observeEnd(r.HWM)
 	if s.isStandby() {
 		s.countRestored(len(recs))
 	}

@@ -179,6 +179,9 @@ type Processor struct {
 
 	faults storeFaults // tasks whose store failed (restore_faults.go)
 
+	// offsetResets is joiner_offset_resets_total (input_offsetreset.go).
+	offsetResets *prometheus.CounterVec
+
 	// ctx is the context tasks run under; done is Run's ctx.Done(). Set
 	// by Run.
 	ctx  context.Context
@@ -302,7 +305,6 @@ func NewProcessor(cfg Config) (*Processor, error) {
 // stops every task and returns. It owns the membership loop, the committer
 // and every task goroutine, and waits for all of them.
 func (w *Processor) Run(ctx context.Context, m Membership) error {
-	defer w.forgetOffsetResets()
 	w.member = m
 	w.done = ctx.Done()
 	// Tasks run until stopAll cancels them, not until ctx ends: at
