@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/joiner-dev/joiner/fetch"
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/httpapi"
 	"github.com/joiner-dev/joiner/internal/fielderr"
@@ -153,6 +154,9 @@ type Node struct {
 	cfg      Config
 	log      *slog.Logger
 	client   *kafka.Client
+	// fetcher sends the tasks' fetches, one request per broker for all
+	// of them (fetch.Mux).
+	fetcher *fetch.Mux
 	writer   *produce.Producer
 	stores   *statestore.Manager
 	worker   *join.Processor
@@ -253,8 +257,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	checkMarketRetention(ctx, n.client, cfg.Topics.Market, n.historyRetention(), newRetentionGauge(n.reg), n.log)
+	n.fetcher = fetch.NewMux(n.client)
 	n.worker, err = join.NewProcessor(join.Config{
-		Client:           n.client,
+		Client:           n.fetcher,
 		Writer:           n.writer,
 		Stores:           n.stores,
 		InstanceID:       cfg.InstanceID,
@@ -386,6 +391,9 @@ func (n *Node) close() error {
 	}
 	if n.writer != nil {
 		_ = n.writer.Close()
+	}
+	if n.fetcher != nil {
+		n.fetcher.Close()
 	}
 	if n.stores != nil {
 		err := n.stores.Close()
