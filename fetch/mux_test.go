@@ -185,8 +185,8 @@ func TestMuxAnswer(t *testing.T) {
 	b := &brokerState{waiting: []*waiter{queued}, inflight: 1}
 	res := &fetchapi.Response{Topics: []fetchapi.ResponseTopic{{Topic: "t", Partitions: []fetchapi.ResponsePartition{
 		{Partition: 0, HighWatermark: 6, RecordSet: oneRecord(5, "zero")},
-		{Partition: 1, HighWatermark: 9},                          // starved: records at 7 and 8
-		{Partition: 2, HighWatermark: 3},                          // nothing to read
+		{Partition: 1, HighWatermark: 9}, // starved: records at 7 and 8
+		{Partition: 2, HighWatermark: 3}, // nothing to read
 		{Partition: 3, HighWatermark: 4, ErrorCode: 6 /* NOT_LEADER_OR_FOLLOWER */},
 	}}}}
 	stale := b.answer(completion{batch: []*waiter{w0, w1, w2, w3}, res: res})

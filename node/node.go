@@ -151,12 +151,12 @@ type Config struct {
 
 // Node is one running worker. Build it with New, run it with Run.
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	client   *kafka.Client
+	cfg    Config
+	log    *slog.Logger
+	client *kafka.Client
 	// fetcher sends the tasks' fetches, one request per broker for all
 	// of them (fetch.Mux).
-	fetcher *fetch.Mux
+	fetcher  *fetch.Mux
 	writer   *produce.Producer
 	stores   *statestore.Manager
 	worker   *join.Processor
