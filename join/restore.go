@@ -357,6 +357,9 @@ func (s *stateTask) run(ctx context.Context) {
 		if err == nil {
 			break
 		}
+		if ctx.Err() != nil {
+			return
+		}
 		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
 		w.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", w.cfg.Topics.Market, s.p, err))
 		if sleep(ctx, backoff(attempt)) != nil {

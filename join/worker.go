@@ -493,10 +493,30 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	var newStates, newStandbys []*stateTask
 	var newProcs []*processTask
 	fresh := map[int]*stateTask{}
+	// The new tasks' stores open first, a few at once (openStores): one
+	// at a time, a thousand of them outlast the group's session.
+	var toOpen []int
+	w.mu.RLock()
+	for _, p := range wantState {
+		if _, ok := w.states[p]; !ok && kept[p] == nil {
+			toOpen = append(toOpen, p)
+		}
+	}
+	for _, p := range wantStandby {
+		if _, ok := w.standbys[p]; !ok && kept[p] == nil {
+			toOpen = append(toOpen, p)
+		}
+	}
+	w.mu.RUnlock()
+	opened := w.openStores(ctx, toOpen)
 	storeOf := func(p int) (*statestore.Store, error) {
 		if s := kept[p]; s != nil {
 			delete(kept, p)
 			return s, nil
+		}
+		if r, ok := opened[p]; ok {
+			delete(opened, p)
+			return r.store, r.err
 		}
 		return w.openStore(ctx, p)
 	}
@@ -544,6 +564,11 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 		newStandbys = append(newStandbys, newStandbyTask(w, p, store, warm[p]))
 	}
 	w.mu.RUnlock()
+	for p, r := range opened { // not taken by a new task (cannot happen): do not leak it open
+		if r.err == nil {
+			kept[p] = r.store
+		}
+	}
 	for p, s := range kept { // not taken by a new task (cannot happen): do not leak it open
 		if err := s.Close(); err != nil && !errors.Is(err, statestore.ErrClosed) {
 			w.log.Warn("closing task store", "task", p, "err", err)
@@ -719,6 +744,37 @@ const pauseTimeout = 5 * time.Second
 // Pebble hangs on a full disk must still stop the worker).
 func (w *Processor) openStore(ctx context.Context, p int) (*statestore.Store, error) {
 	return w.cfg.Stores.OpenTaskContext(ctx, p) // rebuilds are counted by the Manager (faults.go)
+}
+
+// openedStore is one store opened by openStores.
+type openedStore struct {
+	store *statestore.Store
+	err   error
+}
+
+// openStoresAtOnce is how many stores openStores opens in parallel.
+const openStoresAtOnce = 8
+
+// openStores opens the stores of ps, openStoresAtOnce at a time, and
+// returns each one's store or error.
+func (w *Processor) openStores(ctx context.Context, ps []int) map[int]openedStore {
+	out := make(map[int]openedStore, len(ps))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, openStoresAtOnce)
+	for _, p := range ps {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s, err := w.openStore(ctx, p)
+			mu.Lock()
+			out[p] = openedStore{s, err}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 func (w *Processor) startTask(key any, run func(context.Context)) {

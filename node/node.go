@@ -202,7 +202,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.Close()
 		}
 	}()
-	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
+	// Every request of the node goes through one transport that bounds
+	// how many are in flight, and so the node's connections
+	// (transport.go).
+	rt := newLimitTransport(cfg.Transport)
+	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: rt}
 	// The registry comes first: /metrics answers while bootstrap waits.
 	n.reg = prometheus.NewRegistry()
 	if cfg.ProcessMetrics {
@@ -215,6 +219,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.log.Info("topics are co-partitioned", "market", cfg.Topics.Market, "notifications", cfg.Topics.Notifications, "partitions", parts)
 	n.logReplay(ctx, parts)
+	if limit, err := checkFileLimit(parts, nofile.get, nofile.set); err != nil {
+		return nil, err
+	} else if limit > 0 {
+		n.log.Info("open-file limit", "limit", limit, "needed", filesNeeded(parts))
+	}
 
 	n.stores, err = statestore.Open(statestore.Options{
 		Dirs:       cfg.StateDirs,
@@ -249,7 +258,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// and is what alerts and dead letters are checked against.
 	maxBytes := OutputMaxBytes(ctx, n.client, cfg.Topics, n.log)
 	n.log.Info("output topics' max.message.bytes", "limits", maxBytes)
-	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport, TopicMaxBytes: maxBytes})
+	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: rt, TopicMaxBytes: maxBytes})
 	if err != nil {
 		return nil, err
 	}
