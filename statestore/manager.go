@@ -42,10 +42,11 @@ const (
 // DefaultOpenTables is Options.OpenTables' default.
 const DefaultOpenTables = 512
 
-// OpenFilesPerStore is the files an open task store holds besides its
+// OpenFilesPerStore bounds the files an open task store holds besides its
 // tables (in the shared file cache, Options.OpenTables): its LOCK, its
-// write-ahead log, its MANIFEST and its directory (measured from
-// /proc/self/fd with Pebble v2.1.7).
+// write-ahead log and its MANIFEST (3, measured from /proc/self/fd with
+// Pebble v2.1.7; its directories are opened only to be synced,
+// lazydir.go), and one more while a WAL or MANIFEST is replaced.
 const OpenFilesPerStore = 4
 
 // DefaultCacheBytes is the default size of the shared block cache.

@@ -1,0 +1,167 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/loadgen"
+)
+
+// TestIntegrationWidth1024: one `joiner run` worker owns 1,024 tasks (one
+// per partition) on real Kafka. It gets ready, alerts every notification
+// with its symbol's price, and holds at most 16 TCP connections to the
+// broker and at most 4 open files per task, read from /proc (the fetches
+// of every task go in one request per broker, fetch.Mux; the stores share
+// one file cache). Long (the topics have 1,024 partitions each): run
+// with JOINER_WIDTH=1.
+func TestIntegrationWidth1024(t *testing.T) {
+	if os.Getenv("JOINER_WIDTH") == "" {
+		t.Skip("set JOINER_WIDTH=1 (and JOINER_KAFKA_BROKERS) to run the 1,024-task worker")
+	}
+	const tasks = 1024
+	c := newCluster(t, tasks)
+	began := time.Now()
+	w := c.start("w1")
+	stopSampling := sampleConns(t, w.cmd.Process.Pid)
+	defer stopSampling()
+	c.waitStable([]*worker{w}, 0, 3*time.Minute)
+	c.poll("/readyz", 3*time.Minute, func() (bool, string) {
+		res, err := http.Get("http://" + w.addr + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, res.Status
+	})
+	ready := time.Since(began)
+	t.Logf("1,024 tasks ready in %s", ready.Round(time.Millisecond))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sum := c.produce(ctx, loadgen.Config{Symbols: 5000, TicksPerSymbol: 1, NotificationsPerSymbol: 2, RunID: "width-"})
+	if sum.Notifications != 10000 {
+		t.Fatalf("loadgen produced %d notifications, want 10000", sum.Notifications)
+	}
+	c.waitAlerts(sum.NotificationIDs, 3*time.Minute)
+	c.checkAlertResults()
+	c.checkPrices(sum.NotificationIDs, sum.LastPrice)
+
+	// Idle again: measure, after kafka-go's transport closed the
+	// connections that a burst opened (they idle out after 30 s).
+	time.Sleep(35 * time.Second)
+	pid := w.cmd.Process.Pid
+	files, conns, err := procFiles(pid, brokerPorts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rss := procRSS(t, pid)
+	t.Logf("1,024 tasks: %d TCP connections to the broker, %d open files (%.2f per task), RSS %.1f MiB (%.0f KiB per task)",
+		conns, files, float64(files)/tasks, float64(rss)/(1<<20), float64(rss)/1024/tasks)
+	if conns > 16 {
+		t.Errorf("%d TCP connections to the broker; want at most 16", conns)
+	}
+	if files > 4*tasks {
+		t.Errorf("%d open files for %d tasks; want at most 4 per task", files, tasks)
+	}
+	c.stopAll([]*worker{w})
+}
+
+// sampleConns logs the connections and files of process pid every 5 s
+// until the returned function is called.
+func sampleConns(t *testing.T, pid int) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if files, conns, err := procFiles(pid, brokerPorts()); err == nil {
+					t.Logf("sample: %d connections to the broker, %d open files", conns, files)
+				}
+			}
+		}
+	}()
+	return func() { close(stop); <-done }
+}
+
+// brokerPorts are the ports of the test's brokers.
+func brokerPorts() map[int]bool {
+	ports := map[int]bool{}
+	for _, b := range brokers {
+		if i := strings.LastIndexByte(b, ':'); i >= 0 {
+			if p, err := strconv.Atoi(b[i+1:]); err == nil {
+				ports[p] = true
+			}
+		}
+	}
+	return ports
+}
+
+// procFiles counts the open files of process pid and, of its sockets, the
+// TCP connections whose remote port is one of ports (/proc/<pid>/fd and
+// /proc/<pid>/net/tcp{,6}).
+func procFiles(pid int, ports map[int]bool) (files, conns int, err error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	sockets := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
+		if err != nil {
+			continue
+		}
+		files++
+		if ino, ok := strings.CutPrefix(l, "socket:["); ok {
+			sockets[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	for _, name := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, name))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || !sockets[f[9]] {
+				continue
+			}
+			// rem_address is hex ip:port; state 01 is ESTABLISHED.
+			_, port, ok := strings.Cut(f[2], ":")
+			p, perr := strconv.ParseInt(port, 16, 32)
+			if ok && perr == nil && ports[int(p)] && f[3] == "01" {
+				conns++
+			}
+		}
+	}
+	return files, conns, nil
+}
+
+// procRSS is the resident set size of process pid, bytes.
+func procRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc status")
+	return 0
+}
