@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,12 +21,15 @@ import (
 // broker and at most 4 open files per task, read from /proc (the fetches
 // of every task go in one request per broker, fetch.Mux; the stores share
 // one file cache). Long (the topics have 1,024 partitions each): run
-// with JOINER_WIDTH=1.
+// with JOINER_WIDTH=1 (or JOINER_WIDTH=<tasks> for another width).
 func TestIntegrationWidth1024(t *testing.T) {
 	if os.Getenv("JOINER_WIDTH") == "" {
 		t.Skip("set JOINER_WIDTH=1 (and JOINER_KAFKA_BROKERS) to run the 1,024-task worker")
 	}
-	const tasks = 1024
+	tasks := 1024
+	if n, err := strconv.Atoi(os.Getenv("JOINER_WIDTH")); err == nil && n > 1 {
+		tasks = n // JOINER_WIDTH=256: a narrower run
+	}
 	c := newCluster(t, tasks)
 	began := time.Now()
 	w := c.start("w1")
@@ -41,7 +45,7 @@ func TestIntegrationWidth1024(t *testing.T) {
 		return res.StatusCode == http.StatusOK, res.Status
 	})
 	ready := time.Since(began)
-	t.Logf("1,024 tasks ready in %s", ready.Round(time.Millisecond))
+	t.Logf("%d tasks ready in %s", tasks, ready.Round(time.Millisecond))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -62,8 +66,11 @@ func TestIntegrationWidth1024(t *testing.T) {
 		t.Fatal(err)
 	}
 	rss := procRSS(t, pid)
-	t.Logf("1,024 tasks: %d TCP connections to the broker, %d open files (%.2f per task), RSS %.1f MiB (%.0f KiB per task)",
-		conns, files, float64(files)/tasks, float64(rss)/(1<<20), float64(rss)/1024/tasks)
+	if g, ok := metricValue(w.addr, "go_goroutines"); ok {
+		t.Logf("%d tasks: %.0f goroutines (%.1f per task)", tasks, g, g/float64(tasks))
+	}
+	t.Logf("%d tasks: %d TCP connections to the broker, %d open files (%.2f per task), RSS %.1f MiB (%.0f KiB per task)",
+		tasks, conns, files, float64(files)/float64(tasks), float64(rss)/(1<<20), float64(rss)/1024/float64(tasks))
 	if conns > 16 {
 		t.Errorf("%d TCP connections to the broker; want at most 16", conns)
 	}
@@ -94,6 +101,27 @@ func sampleConns(t *testing.T, pid int) func() {
 		}
 	}()
 	return func() { close(stop); <-done }
+}
+
+// metricValue is the value of an unlabelled metric on the worker's
+// /metrics.
+func metricValue(addr, name string) (float64, bool) {
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
 
 // brokerPorts are the ports of the test's brokers.
