@@ -38,8 +38,8 @@ func newPartitionReader(c Fetcher, topic string, partition int, next int64, maxW
 
 // reader returns a task's reader of topic-partition from offset next, its
 // offset resets counted and logged (input_offsetreset.go).
-func (w *Processor) reader(topic string, partition int, next int64) *partitionReader {
-	return fetch.NewReader(w.cfg.Client, topic, partition, next, w.cfg.FetchMaxWait, w.offsetReset)
+func (w *taskEnv) reader(topic string, partition int, next int64) *partitionReader {
+	return fetch.NewReader(w.client, topic, partition, next, w.limits.FetchMaxWait, w.offsetReset)
 }
 
 // readerAt returns a reader of r's partition, as r reads it, from offset

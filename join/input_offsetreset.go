@@ -11,7 +11,7 @@ import (
 // counted (joiner_offset_resets_total{topic}) and logged at WARN with both
 // offsets.
 //
-// A task's readers (Processor.reader) report their resets to the worker
+// A task's readers (taskEnv.reader) report their resets to the worker
 // through fetch.Reader's OnReset callback.
 
 func (w *Processor) registerOffsetResets(reg prometheus.Registerer) {
@@ -20,14 +20,14 @@ func (w *Processor) registerOffsetResets(reg prometheus.Registerer) {
 		Help: "Fetches answered OFFSET_OUT_OF_RANGE, by topic: the reader jumped to the first offset the log still holds and the records in between were never processed (data loss).",
 	}, []string{"topic"})
 	reg.MustRegister(c)
-	c.WithLabelValues(w.cfg.Topics.Market)
-	c.WithLabelValues(w.cfg.Topics.Notifications)
+	c.WithLabelValues(w.topics.Market)
+	c.WithLabelValues(w.topics.Notifications)
 	w.offsetResets = c
 }
 
 // offsetReset is a task reader's fetch.ResetFunc: it jumped from offset
 // from to offset to.
-func (w *Processor) offsetReset(topic string, partition int, from, to int64) {
+func (w *taskEnv) offsetReset(topic string, partition int, from, to int64) {
 	if w.offsetResets != nil {
 		w.offsetResets.WithLabelValues(topic).Inc()
 	}

@@ -30,7 +30,9 @@ func TestOffsetOutOfRangeIsCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	w := &Processor{cfg: Config{Client: client, Topics: record.Topics{}.WithDefaults(), FetchMaxWait: 50 * time.Millisecond}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	w := &Processor{cfg: Config{Client: client, Topics: record.Topics{}.WithDefaults()}}
+	w.client, w.topics, w.limits.FetchMaxWait = client, w.cfg.Topics, 50*time.Millisecond
+	w.log = slog.New(slog.NewTextHandler(&logs, nil))
 	reg := prometheus.NewRegistry()
 	w.registerOffsetResets(reg)
 
