@@ -566,7 +566,7 @@ func (m *merger) takeMarket(f fetched) {
 
 func (m *merger) takeNotifications(f fetched) {
 	if (f.hwm >= 0 && f.hwm < m.nHwm) || (len(f.recs) > 0 && f.recs[0].Offset < m.nNext) {
-		// The log went back (a recreated topic, see reportOffsetReset):
+		// The log went back (a recreated topic, see taskEnv.offsetReset):
 		// what was cleared are offsets of the old log.
 		m.nCleared, m.nHwm = 0, 0
 	}
