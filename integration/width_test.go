@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -192,4 +194,46 @@ func procRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmRSS in /proc status")
 	return 0
+}
+
+// TestIntegrationWidthDemo: `joiner demo --workers 2 --partitions 1024
+// --symbols 5000 --notifications-per-symbol 2 --json` (the embedded
+// broker and both workers in one process) completes under an open-file
+// limit of 16,384 and joins every notification locally. It never
+// finished before the fetches were grouped by broker. Run with
+// JOINER_WIDTH=1 (and JOINER_KAFKA_BROKERS, which builds the binary).
+func TestIntegrationWidthDemo(t *testing.T) {
+	requireKafka(t)
+	if os.Getenv("JOINER_WIDTH") == "" {
+		t.Skip("set JOINER_WIDTH=1 to run the 1,024-partition demo")
+	}
+	began := time.Now()
+	cmd := exec.Command("bash", "-c", `ulimit -n 16384 && exec "$0" demo --workers 2 --partitions 1024 --symbols 5000 --notifications-per-symbol 2 --json --timeout 4m`, joinerBin)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("joiner demo: %v; stderr tail:\n%s", err, lastLines(stderr.String(), 30))
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var rep struct {
+		Notifications int `json:"notifications"`
+		Alerts        int `json:"alerts"`
+		Joins         struct {
+			Local, Remote, Miss int
+		} `json:"joins"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
+		t.Fatalf("the demo's last line is not its JSON report: %v\n%s", err, lines[len(lines)-1])
+	}
+	t.Logf("joiner demo, 2 workers, 1,024 partitions: %d notifications, %d alerts, joins %+v in %s",
+		rep.Notifications, rep.Alerts, rep.Joins, time.Since(began).Round(time.Millisecond))
+	if rep.Notifications != 10000 || rep.Alerts != 10000 || rep.Joins.Local != 10000 || rep.Joins.Miss != 0 || rep.Joins.Remote != 0 {
+		t.Fatalf("report %+v; want 10,000 notifications, each alerted once, joined locally", rep)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
