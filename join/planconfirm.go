@@ -103,18 +103,23 @@ type planConfirm struct {
 // or nil when client cannot read partition counts uncached (a fake).
 func newPlanConfirm(client Fetcher, interval time.Duration) (*planConfirm, error) {
 	c := &planConfirm{interval: interval}
+	var kc *kafka.Client
 	switch cl := client.(type) {
 	case partitionCounter:
 		c.counter = cl
+		return c, nil
 	case *kafka.Client:
-		d, err := newDialCounter(cl)
-		if err != nil {
-			return nil, err
-		}
-		c.counter, c.closer = d, d.close
+		kc = cl
+	case interface{ Client() *kafka.Client }: // a *fetch.Mux
+		kc = cl.Client()
 	default:
 		return nil, nil
 	}
+	d, err := newDialCounter(kc)
+	if err != nil {
+		return nil, err
+	}
+	c.counter, c.closer = d, d.close
 	return c, nil
 }
 
@@ -298,12 +303,20 @@ type dialCounter struct {
 
 func newDialCounter(cl *kafka.Client) (*dialCounter, error) {
 	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
-	switch tr := cl.Transport.(type) {
+	rt := cl.Transport
+	for range 8 { // a wrapper (node's limiter) names the transport it wraps
+		u, ok := rt.(interface{ Unwrap() kafka.RoundTripper })
+		if !ok {
+			break
+		}
+		rt = u.Unwrap()
+	}
+	switch tr := rt.(type) {
 	case nil:
 	case *kafka.Transport:
 		d.TLS, d.SASLMechanism, d.ClientID = tr.TLS, tr.SASL, tr.ClientID
 	default:
-		return nil, fmt.Errorf("join: Config.Client's Transport is a %T; the partition counts are read over a connection of their own and need a *kafka.Transport (its TLS and SASL settings)", tr)
+		return nil, fmt.Errorf("join: Config.Client's Transport is a %T; the partition counts are read over a connection of their own and need a *kafka.Transport (its TLS and SASL settings), or a wrapper whose Unwrap returns one", tr)
 	}
 	if cl.Addr == nil {
 		return nil, errors.New("join: Config.Client has no Addr")
