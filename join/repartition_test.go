@@ -267,7 +267,7 @@ func TestConfirmationWaitsForTheGrace(t *testing.T) {
 	}
 	waitFor(t, "task 0 processing", func() bool { return procTask(0) != nil })
 	r.f.produce("notifications", 0, 1000, "X", noteJSON("n", "X")) // offset 0, for the end offset
-	ts := time.UnixMilli(time.Now().UnixMilli()) // record timestamps are in ms
+	ts := time.UnixMilli(time.Now().UnixMilli())                   // record timestamps are in ms
 	if err := r.w.confirmPlan(context.Background(), 2, 0, 0, ts.UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
