@@ -342,7 +342,7 @@ func (s *jsonScanner) fastTop(sym *jsonField, keys []objectKey) (_ []objectKey, 
 			return keys, -1, false // null, or a wrong type: the general path says which
 		default:
 			s.i = i
-			s.skipValue()
+			s.skipMember()
 			if s.syntax != "" {
 				return keys, -1, false
 			}
@@ -435,7 +435,7 @@ func (s *jsonScanner) topObject(sym *jsonField, keys []objectKey) (_ []objectKey
 		case s.i < len(s.b) && s.b[s.i] == '"':
 			s.skipString()
 		default:
-			s.skipValue()
+			s.skipMember()
 		}
 		switch more, ok := s.memberEnd(); {
 		case !ok:

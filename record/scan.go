@@ -641,3 +641,125 @@ func parseShortDecimal(b []byte) (v float64, ok bool) {
 	}
 	return v, true
 }
+
+// maxSkipNesting is how deep skipNested goes before it leaves a value to
+// skipValue.
+const maxSkipNesting = 64
+
+// skipMember is skipValue for the values of a notification's members,
+// which are only validated: an object or an array by skipNested.
+func (s *jsonScanner) skipMember() {
+	if s.i < len(s.b) && (s.b[s.i] == '{' || s.b[s.i] == '[') && s.skipNested() {
+		return
+	}
+	s.skipValue()
+}
+
+// skipNested validates and skips the object or array whose '{' or '[' is
+// at s.i as skipValue does, with the same syntax errors, in one loop
+// instead of a call per value: bit d of objects is whether the container
+// open at depth d+1 is an object. It returns false, s as it was, for a
+// value nested deeper than maxSkipNesting, which skipValue then takes.
+func (s *jsonScanner) skipNested() bool {
+	b := s.b
+	var (
+		objects uint64
+		depth   int
+		start   = s.i
+		i       = s.i
+		msg     string
+	)
+open: // b[i] is '{' or '['
+	if depth == maxSkipNesting {
+		s.i = start
+		return false
+	}
+	if b[i] == '{' {
+		objects |= 1 << depth
+	} else {
+		objects &^= 1 << depth
+	}
+	depth++
+	i = wsAt(b, i+1)
+	if i < len(b) && b[i] == closer(objects>>(depth-1)&1) {
+		i++
+		depth--
+		goto closed
+	}
+member: // at a member of an object or an element of an array
+	if objects>>(depth-1)&1 != 0 {
+		if i >= len(b) || b[i] != '"' {
+			msg = "want a string key"
+			goto fail
+		}
+		end, err := jsonstr.Skip(b[i+1:])
+		if err != nil {
+			s.i = i + 1 + err.At
+			s.fail(err.Msg)
+			return true
+		}
+		i = wsAt(b, i+end+2)
+		if i >= len(b) || b[i] != ':' {
+			msg = "want ':' after an object key"
+			goto fail
+		}
+		i = wsAt(b, i+1)
+	}
+	if i >= len(b) {
+		msg = "unexpected end of JSON input"
+		goto fail
+	}
+	switch c := b[i]; {
+	case c == '{' || c == '[':
+		goto open
+	case c == '"':
+		end, err := jsonstr.Skip(b[i+1:])
+		if err != nil {
+			s.i = i + 1 + err.At
+			s.fail(err.Msg)
+			return true
+		}
+		i += end + 2
+	default:
+		// A number or a literal, or a syntax error: skipValue's.
+		s.i = i
+		if s.skipValue(); s.syntax != "" {
+			return true
+		}
+		i = s.i
+	}
+closed: // after a value at depth (0: the value skipped)
+	if depth == 0 {
+		s.i = i
+		return true
+	}
+	if i = wsAt(b, i); i >= len(b) {
+		msg = "unexpected end of JSON input"
+		goto fail
+	}
+	switch c := b[i]; {
+	case c == ',':
+		i = wsAt(b, i+1)
+		goto member
+	case c == closer(objects>>(depth-1)&1):
+		i++
+		depth--
+		goto closed
+	case objects>>(depth-1)&1 != 0:
+		msg = "want ',' or '}' after an object value"
+	default:
+		msg = "want ',' or ']' after an array element"
+	}
+fail:
+	s.i = i
+	s.fail(msg)
+	return true
+}
+
+// closer is the byte that closes an object (isObject 1) or an array.
+func closer(isObject uint64) byte {
+	if isObject != 0 {
+		return '}'
+	}
+	return ']'
+}
