@@ -30,7 +30,8 @@ import (
 //     resets a field; unknown keys are skipped but still validated;
 //   - nesting beyond 10,000 levels is invalid_json;
 //   - strings are unescaped as encoding/json does, invalid UTF-8 and lone
-//     surrogates becoming U+FFFD.
+//     surrogates becoming U+FFFD (jsonstr.Replace: package jsonstr states
+//     the rule, and why planjson's differs).
 //
 // The common record (no whitespace, keys in their exact case, plain
 // ASCII strings, a price with a few decimals) is scanned by one fast path,

@@ -1,8 +1,9 @@
 // Package planjson reads and writes the JSON of the co-partition planner,
 // as `joiner assign` uses it: a strict decoder of the request (one object,
-// known fields each at most once, integers only, valid UTF-8, nothing after
-// it) whose errors name the field and, for syntax errors, the byte offset,
-// and a fast writer of the plan.
+// known fields each at most once, integers only, strings that are Unicode
+// text: no invalid UTF-8, no unpaired surrogate, see jsonstr.Strict;
+// nothing after it) whose errors name the field and, for syntax errors,
+// the byte offset, and a fast writer of the plan.
 package planjson
 
 import (
