@@ -97,6 +97,34 @@ func (e *AlertEncoder) AppendPriced(dst []byte, n *NotificationValue, notificati
 	return e.appendTail(appendJoinedHead(dst, n, notificationTsMs, priceFields), result)
 }
 
+// NotifiedAt encodes the "notification_ts_ms" member of alerts for
+// AppendPricedAt once per millisecond, not once per alert: the
+// notifications of a backlog mostly share their millisecond with the one
+// before. The zero value is ready to use; it is not safe for concurrent
+// use.
+type NotifiedAt struct {
+	ms    int64
+	field []byte // `,"notification_ts_ms":` and ms; nil before the first
+}
+
+// Field returns the member of an alert notified at ms, with its leading
+// comma. It is valid until the next call.
+func (c *NotifiedAt) Field(ms int64) []byte {
+	if c.field == nil || c.ms != ms {
+		c.field = strconv.AppendInt(append(c.field[:0], `,"notification_ts_ms":`...), ms, 10)
+		c.ms = ms
+	}
+	return c.field
+}
+
+// AppendPricedAt is AppendPriced with the notification's time given as
+// its member, notified.Field: byte for byte the same alert.
+func (e *AlertEncoder) AppendPricedAt(dst []byte, n *NotificationValue, notified, priceFields []byte, result Result) []byte {
+	dst = n.appendBody(dst)
+	dst = append(dst, notified...)
+	return e.appendTail(append(dst, priceFields...), result)
+}
+
 // AppendJoined is AppendPriced with the join's result, price and
 // notification time taken from a (its Notification and Worker are not
 // used).

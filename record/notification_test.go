@@ -145,7 +145,9 @@ func checkNotificationAlertMax(t *testing.T, b []byte, symbolField string, price
 	if price != nil {
 		fields = AppendPriceFields(nil, *a.Price, a.PriceTsMs)
 	}
-	for _, alert := range [][]byte{e.AppendPriced([]byte("x"), &n, a.NotificationTsMs, fields, a.Result)[1:], e.AppendJoined(nil, &n, &a)} {
+	var at NotifiedAt
+	for _, alert := range [][]byte{e.AppendPriced([]byte("x"), &n, a.NotificationTsMs, fields, a.Result)[1:], e.AppendJoined(nil, &n, &a),
+		e.AppendPricedAt(nil, &n, at.Field(a.NotificationTsMs), fields, a.Result)} {
 		if !json.Valid(alert) {
 			t.Fatalf("the alert of %q is not valid JSON: %s", b, alert)
 		}
