@@ -326,7 +326,7 @@ func TestNotificationNestedValues(t *testing.T) {
 	}
 	inners := []string{`"v"`, `{}`, `[]`, `[ ]`, `{ }`, `-1.5e3`, `true`, `null`, `"caf\u00e9 \" é"`, `{"a":[1,{"b":"c"}],"d":false}`,
 		// broken
-		`{"a":1,}`, `[1,]`, `{"a" 1}`, `{1:2}`, `{"a":1 "b":2}`, `[1 2]`, `tru`, `01`, `"a` + "\x01" + `"`, `"\x"`, `{"a":}`, `[`, `{`, `}`, `]`, `"`}
+		`{"a":1,}`, `[1,]`, `{"a" 1}`, `{"a"x1}`, `[1x2]`, `{1:2}`, `{"a":1 "b":2}`, `[1 2]`, `tru`, `01`, `"a` + "\x01" + `"`, `"\x"`, `{"a":}`, `[`, `{`, `}`, `]`, `"`}
 	for _, depth := range []int{1, 2, 3, 63, 64, 65, 66, 130} {
 		for _, inner := range inners {
 			v := `{"symbol":"BBCA","meta":` + nest(depth, inner) + `,"x":1}`
