@@ -37,9 +37,10 @@ import (
 // ASCII strings, a price with a few decimals) is scanned by one fast path,
 // fastObject, that falls back to the general scanner, from the start, at
 // anything else; both read strings 8 bytes at a time up to their first
-// byte that needs attention (jsonstr.PlainLen), compare keys exactly before case
-// folding (exactKey), and convert a short decimal exactly without strconv
-// (parseShortDecimal).
+// byte that needs attention (jsonstr.PlainLen), compare keys exactly
+// before case folding (exactKey), and convert a short decimal exactly
+// without strconv (parseShortDecimal). Values that are only validated are
+// skipped by jsonstr.Skip and, in notifications, skipNested.
 
 // maxNestingDepth is encoding/json's limit on nested arrays and objects.
 const maxNestingDepth = 10000
@@ -179,8 +180,8 @@ func (s *jsonScanner) skipWS() {
 
 // fastObject scans the common record, an object whose '{' is at s.i, in
 // one pass: no whitespace, every key the name of one of fields in its
-// exact case, every value a plain string (see jsonstr.PlainLen) or, for a number
-// field, a short decimal (see parseShortDecimal). It returns false at
+// exact case, every value a plain string (see jsonstr.PlainLen) or, for a
+// number field, a short decimal (see parseShortDecimal). It returns false at
 // anything else, leaving s and fields for scanRecord to reset.
 func (s *jsonScanner) fastObject(fields []jsonField) bool {
 	b := s.b
