@@ -289,10 +289,10 @@ type objectKey struct {
 
 // fastTop is topObject's fast path for the common notification, an
 // object whose '{' is at s.i, whose keys are plain ASCII
-// (jsonstr.PlainLen) and whose symbol is a plain string: the symbol is read in place, other
-// values are skipped (skipString, skipValue). It returns false at anything
-// else, leaving s, sym and keys for the caller to reset. The symbol's name
-// must be plain ASCII (Decoder.symbolASCII).
+// (jsonstr.PlainLen) and whose symbol is a plain string: the symbol is
+// read in place, other values are skipped (skipString, skipMember). It
+// returns false at anything else, leaving s, sym and keys for the caller
+// to reset. The symbol's name must be plain ASCII (Decoder.symbolASCII).
 func (s *jsonScanner) fastTop(sym *jsonField, keys []objectKey) (_ []objectKey, end int, ok bool) {
 	b := s.b
 	s.depth = 1
