@@ -333,11 +333,11 @@ func (s *jsonScanner) fastTop(sym *jsonField, keys []objectKey) (_ []objectKey, 
 			}
 			i = ve + 1
 		case b[i] == '"':
-			s.i = i
-			if s.skipString(); s.syntax != "" {
-				return keys, -1, false
+			end, err := jsonstr.Skip(b[i+1:])
+			if err != nil {
+				return keys, -1, false // the general path reports it
 			}
-			i = s.i
+			i += end + 2
 		case isSym:
 			return keys, -1, false // null, or a wrong type: the general path says which
 		default:
