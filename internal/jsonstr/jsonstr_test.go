@@ -166,3 +166,38 @@ func FuzzScan(f *testing.F) {
 		}
 	})
 }
+
+// TestPrefixLengths: PlainLen, ShortPlainLen and HTMLSafeLen stop at the
+// first byte their rule does not take, at every position around the
+// 8-byte words, as a byte-by-byte reading does.
+func TestPrefixLengths(t *testing.T) {
+	ref := func(s string, safe func(c byte) bool) int {
+		for i := range len(s) {
+			if !safe(s[i]) {
+				return i
+			}
+		}
+		return len(s)
+	}
+	plain := func(c byte) bool { return c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' }
+	html := func(c byte) bool { return plain(c) && c != '<' && c != '>' && c != '&' }
+	for n := range 40 {
+		for _, c := range []string{"", `"`, `\`, "\x00", "\x1f", " ", "\x7f", "é", "\xff", "<", ">", "&"} {
+			for _, tail := range []string{"", "bc", "bcdefghijk"} {
+				s := strings.Repeat("a", n) + c + tail
+				if got, want := PlainLen([]byte(s)), ref(s, plain); got != want {
+					t.Errorf("PlainLen(%q) = %d, want %d", s, got, want)
+				}
+				if got, want := ShortPlainLen([]byte(s)), ref(s, plain); got != want {
+					t.Errorf("ShortPlainLen(%q) = %d, want %d", s, got, want)
+				}
+				if got, want := HTMLSafeLen(s), ref(s, html); got != want {
+					t.Errorf("HTMLSafeLen(%q) = %d, want %d", s, got, want)
+				}
+			}
+		}
+	}
+	if got := (&SyntaxError{At: 3, Msg: msgControl}).Error(); got != "invalid control character in a string at byte 3" {
+		t.Errorf("Error() = %q", got)
+	}
+}
