@@ -63,7 +63,6 @@ import (
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 )
 
 // Config configures a Processor. Zero values take the defaults shown.
@@ -128,7 +127,7 @@ type Config struct {
 	// memory, about 40 bytes each, and ingested as tables, at about a
 	// quarter of the CPU of applying them batch by batch); a shorter one,
 	// like the catch-up of a task that stayed, applies its batches.
-	// Default: DefaultBulkRestoreMin; negative: never.
+	// Default: DefaultBulkRestoreMin; negative (BulkRestoreNever): never.
 	BulkRestoreMin int64
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client
@@ -209,63 +208,6 @@ type Processor struct {
 	committed       map[string]map[int]int64 // last successful commit; guarded by commitMu
 
 	statusState // taskstatus.go
-}
-
-func isKafkaWriterWithTopic(w Writer) bool {
-	kw, ok := w.(*kafka.Writer)
-	return ok && kw.Topic != ""
-}
-
-// Validate reports the first problem of c: a required field left empty,
-// a *kafka.Writer with a Topic, or an unknown StartOffset. NewWorker calls
-// it; zero values of the other fields take their defaults.
-func (c *Config) Validate() error {
-	switch {
-	case c.Client == nil:
-		return errors.New("join: Config.Client is required")
-	case c.Writer == nil:
-		return errors.New("join: Config.Writer is required")
-	case isKafkaWriterWithTopic(c.Writer):
-		return errors.New("join: Config.Writer.Topic must be empty: alerts and dead letters go to different topics")
-	case c.Stores == nil:
-		return errors.New("join: Config.Stores is required")
-	case c.InstanceID == "":
-		return errors.New("join: Config.InstanceID is required")
-	case c.Grace < 0:
-		return fmt.Errorf("join: Config.Grace is %v; want 0 (none) or a positive duration", c.Grace)
-	}
-	return validStartOffset(c.StartOffset)
-}
-
-// withDefaults returns c with every zero field set to the default its
-// doc comment names: the one place join's defaults are applied.
-func (c Config) withDefaults() Config {
-	c.Topics = c.Topics.WithDefaults()
-	c.Fields = c.Fields.WithDefaults()
-	defDur := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	defDur(&c.MaxTaskIdle, time.Second)
-	defDur(&c.CommitInterval, time.Second)
-	defDur(&c.FetchMaxWait, 250*time.Millisecond)
-	defDur(&c.RemoteTimeout, 5*time.Second)
-	defDur(&c.HistoryRetention, time.Hour)
-	defDur(&c.StallTimeout, time.Minute)
-	if c.BulkRestoreMin == 0 {
-		c.BulkRestoreMin = restoreLoadMin
-	}
-	if c.MaxRecordBytes <= 0 {
-		c.MaxRecordBytes = record.DefaultMaxRecordBytes
-	}
-	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
 }
 
 // NewProcessor validates cfg and builds a Processor.
