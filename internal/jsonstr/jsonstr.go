@@ -105,7 +105,17 @@ func Skip(b []byte) (end int, err *SyntaxError) {
 // stopMask has the high bit set of the bytes of x that end a run of
 // plain bytes in Skip; only the lowest is exact (see hasByte).
 func stopMask(x uint64) uint64 {
-	return (hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones)) & highs
+	// hasLess20 and hasByte, their high bits taken once.
+	q, e := x^('"'*ones), x^('\\'*ones)
+	return ((x+lessK)&^x | (q-ones)&^q | (e-ones)&^e) & highs
+}
+
+// lessK is -0x20 repeated in each byte, mod 2^64: x+lessK is x-0x20*ones.
+const lessK = 0xdfdfdfdfdfdfdfe0
+
+// plainMask is stopMask with the bytes above 0x7f set too (PlainLen).
+func plainMask(x uint64) uint64 {
+	return stopMask(x) | x&highs
 }
 
 // skipFrom is Skip from b[i], all bytes before it plain.
@@ -315,8 +325,7 @@ func hasLess20(x uint64) uint64 {
 func PlainLen(b []byte) int {
 	i := 0
 	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		if m := (x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones)) & highs; m != 0 {
+		if m := plainMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
@@ -332,8 +341,7 @@ func PlainLen(b []byte) int {
 // keys and many values end within them.
 func ShortPlainLen(b []byte) int {
 	if len(b) >= 8 {
-		x := binary.LittleEndian.Uint64(b)
-		if m := (x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones)) & highs; m != 0 {
+		if m := plainMask(binary.LittleEndian.Uint64(b)); m != 0 {
 			return bits.TrailingZeros64(m) / 8
 		}
 	}
@@ -345,7 +353,7 @@ func ShortPlainLen(b []byte) int {
 // hasLess20 are taken once per 32 bytes: an OR of the words' borrows is
 // the OR of their masks).
 func controlIndex(b []byte) int {
-	const k = 0xdfdfdfdfdfdfdfe0 // -0x20*ones, mod 2^64
+	const k = lessK
 	i := 0
 	for ; i+32 <= len(b); i += 32 {
 		w := b[i : i+32 : i+32]
