@@ -12,7 +12,7 @@ import (
 )
 
 // The defaults of Config's zero fields, applied by withDefaults; the
-// CLI's flags default to them. DefaultBulkRestoreMin is in restore.go and
+// CLI's flags default to them. DefaultBulkRestoreMin is in restore_load.go and
 // record.DefaultMaxRecordBytes is MaxRecordBytes'.
 const (
 	DefaultMaxTaskIdle      = time.Second
@@ -74,7 +74,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.HistoryRetention, DefaultHistoryRetention)
 	defDur(&c.StallTimeout, DefaultStallTimeout)
 	if c.BulkRestoreMin == 0 {
-		c.BulkRestoreMin = restoreLoadMin // DefaultBulkRestoreMin but in tests
+		c.BulkRestoreMin = DefaultBulkRestoreMin
 	}
 	if c.StartOffset == "" {
 		c.StartOffset = DefaultStartOffset
