@@ -47,6 +47,9 @@ type Config struct {
 	ExtraFields bool
 	Headers     bool
 	Grace       time.Duration
+	// ExactlyOnce runs the workers exactly-once (node.Config.ExactlyOnce)
+	// and reads the alerts read_committed.
+	ExactlyOnce bool
 	// Timeout bounds the whole run.
 	Timeout time.Duration
 	// Progress receives progress lines. Default: io.Discard.
@@ -190,7 +193,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%d", i+1)
 	}
-	f, err := startFleet(fleetCtx, b, dir, node.Config{Assignor: cfg.Assignor, Fields: cfg.Fields, Grace: cfg.Grace, Logger: cfg.Logger}, names)
+	f, err := startFleet(fleetCtx, b, dir, node.Config{Assignor: cfg.Assignor, Fields: cfg.Fields, Grace: cfg.Grace, Logger: cfg.Logger, ExactlyOnce: cfg.ExactlyOnce}, names)
+	b.ReadCommitted = b.ReadCommitted || cfg.ExactlyOnce
 	if err != nil {
 		return Report{}, err
 	}

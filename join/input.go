@@ -104,6 +104,7 @@ func (r *partitionReader) fetch(ctx context.Context) ([]fetchedRecord, error) {
 		r.next = out[len(out)-1].Offset + 1
 		r.lastN = len(out)
 	}
+	r.next = fetch.NextAfter(res.Records, r.next) // read_committed: past dropped records
 	if err != nil {
 		return out, fmt.Errorf("fetch %s-%d: %w", r.topic, r.partition, err)
 	}

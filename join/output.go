@@ -358,6 +358,9 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 			continue
 		}
 		w.metrics.ProduceErrors.Inc()
+		if w.txnFailed(err) { // exactly-once: not retried, the transaction aborts (txn.go)
+			return 0, err
+		}
 		if s.onErr != nil {
 			s.onErr(fmt.Errorf("writing %d alerts and %d dead letters: %w", alerts, len(dead), err))
 		}
@@ -534,8 +537,12 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
+	if err := w.txnHold(ctx, t); err != nil { // exactly-once: until ack (txn.go)
+		return err
+	}
 	rerouted, err := w.writeOutWith(ctx, s, t.p, batches, dead)
 	if err != nil {
+		w.txnDrop(t, err)
 		return err
 	}
 	// Counted per result, one counter update per result and write.

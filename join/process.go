@@ -132,6 +132,7 @@ func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
 func (t *processTask) ack(next, tsMs int64) {
 	t.ackedTs.Store(max(t.ackedTs.Load(), tsMs))
 	t.acked.Store(next)
+	t.w.txnRelease(t) // exactly-once: the write and its ack are in one transaction
 }
 
 func (t *processTask) run(ctx context.Context) {

@@ -176,6 +176,7 @@ type Processor struct {
 	outFault   string
 
 	member Membership
+	eos    eosState // exactly-once processing (txn.go)
 
 	faults storeFaults // tasks whose store failed (restore_faults.go)
 
@@ -292,6 +293,7 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		reg = w.reg
 	}
 	w.metrics = NewMetrics(reg)
+	w.eos.metrics = newTxnMetrics(reg)
 	w.registerFaultMetrics(reg)
 	w.loadPartitionCounts()
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
@@ -674,7 +676,7 @@ func (w *Processor) Rebalancing(ctx context.Context) {
 // is committed, and the stores are closed but kept on disk (they are
 // versioned, so a task assigned here again restores only what it lacks and
 // resumes from the group's committed offsets). Standby tasks stop too.
-func (w *Processor) Lost(_ context.Context, err error) {
+func (w *Processor) Lost(ctx context.Context, err error) {
 	w.mu.Lock()
 	n := len(w.procs)
 	lost := sortedKeys(w.activeLocked())
@@ -683,6 +685,7 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.log.Warn("group membership lost: stopping every task without writing or committing more; tasks assigned again restart from the committed offsets",
 		"tasks", n, "err", err)
 	w.stopAll()
+	w.txnLost(ctx)
 	w.addHistory(RebalanceEvent{At: time.Now(), Generation: w.currentAssignment().Generation, Moved: []TaskMove{},
 		Reason: fmt.Sprintf("membership lost (%v): every task stopped without committing", err), Assigned: []int{}, Revoked: lost})
 	w.mu.Lock()

@@ -105,7 +105,18 @@ type Config struct {
 	MaxWarmupReplicas        int
 	ProbingRebalanceInterval time.Duration
 	MaxTaskIdle              time.Duration
-	CommitInterval           time.Duration
+	// CommitInterval is how often offsets are committed (under
+	// exactly-once: how often a transaction commits). Default: 1s, 100ms
+	// with ExactlyOnce.
+	CommitInterval time.Duration
+	// ExactlyOnce turns on exactly-once processing (join.ExactlyOnce):
+	// one transactional producer, with join.TransactionalID of Group and
+	// InstanceID, and one transaction per commit holding the alerts, the
+	// dead letters and the offsets; both inputs read read_committed.
+	ExactlyOnce bool
+	// TransactionTimeout bounds an open transaction (the coordinator
+	// aborts one open longer). Default: 10s.
+	TransactionTimeout time.Duration
 	// StallTimeout: see join.Config.StallTimeout. Default: 1m.
 	StallTimeout time.Duration
 	// Fields and Grace: see join.Config.Fields and join.Config.Grace.
@@ -253,8 +264,12 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	checkMarketRetention(ctx, n.client, cfg.Topics.Market, n.historyRetention(), newRetentionGauge(n.reg), n.log)
+	eos, err := n.exactlyOnce(ctx, maxBytes) // eos.go
+	if err != nil {
+		return nil, err
+	}
 	n.worker, err = join.NewProcessor(join.Config{
-		Client:           n.client,
+		Client:           eos.client,
 		Writer:           n.writer,
 		Stores:           n.stores,
 		InstanceID:       cfg.InstanceID,
@@ -262,7 +277,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Fields:           cfg.Fields,
 		Grace:            cfg.Grace,
 		MaxTaskIdle:      cfg.MaxTaskIdle,
-		CommitInterval:   cfg.CommitInterval,
+		CommitInterval:   eos.commitInterval,
 		StallTimeout:     cfg.StallTimeout,
 		HistoryRetention: cfg.HistoryRetention,
 		BulkRestoreMin:   cfg.BulkRestoreMin,
@@ -273,6 +288,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Logger:           cfg.Logger,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := eos.enable(n.worker); err != nil {
 		return nil, err
 	}
 	n.status = n.newStatusPage()

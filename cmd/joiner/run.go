@@ -27,6 +27,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		brokers, stateDirs string
 		logFormat, logLvl  string
 		httpCAFile         string
+		guarantee          string
 	)
 	fs.StringVar(&brokers, "brokers", "localhost:9092", "Kafka bootstrap brokers, comma-separated")
 	fs.StringVar(&cfg.Group, "group", "joiner", "consumer group id")
@@ -56,7 +57,8 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.ProbingRebalanceInterval, "probing-rebalance-interval", group.DefaultProbingRebalanceInterval, "how often the leader replans while warm-ups run, to move tasks whose copy caught up")
 	fs.DurationVar(&cfg.MaxTaskIdle, "max-task-idle", time.Second, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&cfg.Grace, "grace", 0, "how late a tick may be written and still join: a notification at T waits until the market is read past T + grace, or is at its end at least grace after T; about that much latency (0: none)")
-	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed")
+	fs.DurationVar(&cfg.CommitInterval, "commit-interval", time.Second, "how often processed offsets are committed (under exactly-once: how often a transaction commits; default 100ms there)")
+	addGuaranteeFlags(fs, &guarantee, &cfg.TransactionTimeout)
 	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", time.Minute, "a task with unprocessed notifications that acknowledges none for this long is stalled: logged at ERROR, joiner_task_stalled 1, /readyz 503 until it moves")
 	fs.DurationVar(&cfg.HistoryRetention, "history-retention", time.Hour, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")
 	fs.Int64Var(&cfg.BulkRestoreMin, "bulk-restore-min", join.DefaultBulkRestoreMin, "a restore of at least this many market records is bulk-loaded: its ticks sorted in memory (about 40 bytes each, 1M at a time at most) and ingested into the store as tables; 0 or less: never")
@@ -85,6 +87,9 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	cfg.Brokers = splitList(brokers)
 	cfg.StateDirs = splitList(stateDirs)
+	if err := applyGuarantee(fs, guarantee, &cfg); err != nil {
+		return fs.fail(2, err)
+	}
 	if err := validateRun(fs.FlagSet, &cfg); err != nil {
 		return fs.fail(2, err)
 	}
