@@ -322,4 +322,3 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 		})
 	}
 }
-
