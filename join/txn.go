@@ -127,8 +127,7 @@ func newTxnMetrics(reg prometheus.Registerer) txnMetrics {
 // eosState is the Processor's exactly-once state: nil committer under
 // at-least-once.
 type eosState struct {
-	metrics txnMetrics
-	c       *txnCommitter
+	c *txnCommitter
 }
 
 // errRewinding refuses writes between an abort and the restart of the
@@ -340,9 +339,9 @@ func (c *txnCommitter) commit(ctx context.Context, w *Processor, offsets map[str
 	if err := p.Commit(ctx); err != nil {
 		return c.abort(ctx, w, fmt.Errorf("committing the transaction: %w", err))
 	}
-	w.eos.metrics.transactions.WithLabelValues(TxnCommit).Inc()
+	w.metrics.txn.transactions.WithLabelValues(TxnCommit).Inc()
 	c.mu.Lock()
-	w.eos.metrics.seconds.Observe(time.Since(c.began).Seconds())
+	w.metrics.txn.seconds.Observe(time.Since(c.began).Seconds())
 	c.dirty = false
 	c.mu.Unlock()
 	if err := c.begin(ctx, w); err != nil {
@@ -423,10 +422,10 @@ func (c *txnCommitter) abort(ctx context.Context, w *Processor, cause error) err
 	c.rewind = cause
 	c.mu.Unlock()
 	aerr := p.Abort(ctx)
-	w.eos.metrics.transactions.WithLabelValues(TxnAbort).Inc()
+	w.metrics.txn.transactions.WithLabelValues(TxnAbort).Inc()
 	fenced := errors.Is(cause, produce.ErrFenced) || errors.Is(aerr, produce.ErrFenced)
 	if fenced {
-		w.eos.metrics.fenced.Inc()
+		w.metrics.txn.fenced.Inc()
 	}
 	w.metrics.CommitErrors.Inc()
 	w.log.Warn("exactly-once: transaction aborted; every task restarts from the committed offsets",
@@ -463,11 +462,11 @@ func (w *Processor) txnLost(ctx context.Context) {
 	p, dirty, aborted := c.p, c.dirty || c.failed != nil, c.rewind != nil
 	c.mu.Unlock()
 	if dirty && !aborted {
-		w.eos.metrics.transactions.WithLabelValues(TxnAbort).Inc()
+		w.metrics.txn.transactions.WithLabelValues(TxnAbort).Inc()
 		if err := p.Abort(ctx); err != nil {
 			w.log.Warn("exactly-once: aborting the transaction of the lost tasks failed; replacing the producer", "err", err)
 			if errors.Is(err, produce.ErrFenced) {
-				w.eos.metrics.fenced.Inc()
+				w.metrics.txn.fenced.Inc()
 			}
 			_ = c.replace(ctx, w)
 		}

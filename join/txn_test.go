@@ -309,11 +309,11 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 			if off != 10 {
 				t.Errorf("committed notifications-0 at %d, want 10", off)
 			}
-			if v := counterValue(w.eos.metrics.transactions.WithLabelValues(TxnAbort)); v != 1 {
+			if v := counterValue(w.metrics.txn.transactions.WithLabelValues(TxnAbort)); v != 1 {
 				t.Errorf("joiner_transactions_total{outcome=abort} = %v, want 1", v)
 			}
 			fenced := errors.Is(failure, produce.ErrFenced)
-			if v := counterValue(w.eos.metrics.fenced); (v == 1) != fenced {
+			if v := counterValue(w.metrics.txn.fenced); (v == 1) != fenced {
 				t.Errorf("joiner_producer_fenced_total = %v (fenced: %v)", v, fenced)
 			}
 			if wantProducers := map[bool]int{false: 1, true: 2}[fenced]; producers != wantProducers {

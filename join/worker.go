@@ -293,7 +293,6 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		reg = w.reg
 	}
 	w.metrics = NewMetrics(reg)
-	w.eos.metrics = newTxnMetrics(reg)
 	w.registerFaultMetrics(reg)
 	w.loadPartitionCounts()
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
