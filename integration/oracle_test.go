@@ -49,6 +49,9 @@ type oracleScenario struct {
 	// more than it); without one, late ticks must be counted.
 	userRecords bool
 	grace       time.Duration
+	// exactlyOnce runs the workers with --processing-guarantee
+	// exactly-once and reads the alerts read_committed (eos_test.go).
+	exactlyOnce bool
 }
 
 // userFields are the member names of the userRecords scenarios.
@@ -57,6 +60,9 @@ var userFields = record.Fields{Symbol: "ticker", Price: "last"}
 func runOracle(t *testing.T, sc oracleScenario) {
 	c := newCluster(t, partitions)
 	c.net.runFlags = append(c.net.runFlags, sc.args...)
+	if sc.exactlyOnce {
+		c.net.runFlags = append(c.net.runFlags, exactlyOnceFlags...)
+	}
 	load := oracleLoad
 	if sc.load != nil {
 		load = *sc.load
@@ -97,9 +103,16 @@ func runOracle(t *testing.T, sc oracleScenario) {
 	}
 	wl := p.Workload()
 	loaded := time.Now()
-	rep, err := wl.WaitComplete(ctx, oracle.NewAlertReader(c.client, c.alertsT, partitions), wl.Produced(), 2*time.Minute)
+	reader := oracle.NewAlertReader(c.client, c.alertsT, partitions)
+	if sc.exactlyOnce {
+		reader.ReadCommitted()
+	}
+	rep, err := wl.WaitComplete(ctx, reader, wl.Produced(), 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sc.exactlyOnce {
+		rep = settleCommitted(ctx, t, c, wl, reader, rep)
 	}
 	if d := time.Since(loaded); sc.completeWithin > 0 && d > sc.completeWithin {
 		t.Errorf("the last alert came %v after the load ended, want within %v", d, sc.completeWithin)
