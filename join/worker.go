@@ -26,6 +26,8 @@
 // Delivery is at least once: alerts are acknowledged by Kafka before the
 // offsets of the notifications that produced them are committed, and a
 // store holds its prices and the market offset they came from in one batch.
+// Under exactly-once (EnableExactlyOnce, txn.go) every commit is one Kafka
+// transaction holding the alerts, the dead letters and the offsets.
 //
 // The files, by stage:
 //
@@ -37,6 +39,7 @@
 //	repartition.go  partition count changes: a moved symbol's earlier tasks are asked too
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
+//	txn.go       exactly-once: one transaction per commit, abort and rewind
 //	gate.go      a process task's gate, closed when the task is revoked
 //	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
 //	progress.go  each task's lag from its partition's end, and stalls (no progress with lag)
