@@ -105,3 +105,47 @@ func TestIntegrationExactlyOnceSIGSTOP(t *testing.T) {
 			}
 		}})
 }
+
+// Two live processes with one instance id (and their own state dirs) under
+// exactly-once: each one's InitProducerID fences the other's producer, and
+// the group fences the older member, which exits 1 saying so; the newer
+// one goes on.
+func TestIntegrationExactlyOnceSameInstanceTwice(t *testing.T) {
+	c := newCluster(t, partitions)
+	c.net.runFlags = append(c.net.runFlags, exactlyOnceFlags...)
+	first := c.start("w1")
+	c.waitStable([]*worker{first}, 0, 60*time.Second)
+	c.flags = []string{"--state-dir", c.stateDir("w1-second")}
+	second := c.start("w1")
+	c.flags = nil
+	var gone *worker
+	for deadline := time.Now().Add(90 * time.Second); gone == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, w := range []*worker{first, second} {
+			if !w.running() {
+				gone = w
+			}
+		}
+	}
+	if gone == nil {
+		t.Fatal("both processes with instance id w1 still run after 90s")
+	}
+	other := first
+	if gone == first {
+		other = second
+	}
+	defer c.kill9(other)
+	code := -1
+	if gone.cmd.ProcessState != nil {
+		code = gone.cmd.ProcessState.ExitCode()
+	}
+	t.Logf("the %s process exited with status %d", map[bool]string{true: "first", false: "second"}[gone == first], code)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	if n := c.countLogLines("another member runs with the same instance id"); n == 0 {
+		t.Errorf("no log says that another member runs with the same instance id:\n%s", tail(gone.logPath, 20))
+	}
+	if !other.running() {
+		t.Errorf("the other process stopped too")
+	}
+}
