@@ -135,9 +135,12 @@ func (b *fakeTxnBroker) alerts() []kafka.Message {
 }
 
 func (b *fakeTxnBroker) pendingAlerts(p *Processor) int {
+	c := p.eos.c
+	c.mu.Lock()
+	fp := c.p.(*fakeTxnProducer)
+	c.mu.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	fp := p.eos.c.p.(*fakeTxnProducer)
 	return len(fp.pending)
 }
 
@@ -152,10 +155,11 @@ type txnMemberFake struct {
 	gen     int32
 	a       group.Assignment
 	restart chan error
-	wg      sync.WaitGroup
+	started chan struct{}
 }
 
 func (m *txnMemberFake) Run(ctx context.Context) error {
+	close(m.started)
 	for {
 		select {
 		case <-ctx.Done():
@@ -234,7 +238,7 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 			if err := w.EnableExactlyOnce(ExactlyOnce{Producer: first, NewProducer: b.newProducer, Group: "g"}); err != nil {
 				t.Fatal(err)
 			}
-			m := &txnMemberFake{b: b, w: w, gen: 1, a: assignment(1, []int{0}, []int{0}), restart: make(chan error, 1)}
+			m := &txnMemberFake{b: b, w: w, gen: 1, a: assignment(1, []int{0}, []int{0}), restart: make(chan error, 1), started: make(chan struct{})}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- w.Run(ctx, m) }()
@@ -244,9 +248,7 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 					t.Errorf("Run: %v", err)
 				}
 			})
-			for w.member == nil {
-				time.Sleep(time.Millisecond)
-			}
+			<-m.started
 
 			s := symbolOf(t, 0, 2)
 			f.produce("market", 0, 1000, s, tickJSON(s, 1))
@@ -274,9 +276,7 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 			}
 			// The tasks restart from notifications-0 at 5 and write the
 			// b alerts again, in a new transaction.
-			waitFor(t, "the b alerts written again", func() bool {
-				return w.eos.c.p.(*fakeTxnProducer) != nil && b.pendingAlerts(w) == 5
-			})
+			waitFor(t, "the b alerts written again", func() bool { return b.pendingAlerts(w) == 5 })
 			if err := w.commit(ctx); err != nil {
 				t.Fatal(err)
 			}
