@@ -145,7 +145,11 @@ type txnCommitter struct {
 	dirty   bool  // records written in the open transaction
 	failed  error // a write failed: the transaction must abort
 	rewind  error // aborted; set until the tasks restarted (Lost)
-	stopped error // the producer cannot be replaced: nothing is written
+	// unopened is why no transaction is open (a Begin failed, and so did
+	// the producer's replacement): nothing is written until the next
+	// commit tick begins one.
+	unopened error
+	open     bool // a transaction is begun and not ended
 	// held are the tasks between a write and its ack (txnHold).
 	held map[*processTask]bool
 }
@@ -165,7 +169,7 @@ func (w *Processor) EnableExactlyOnce(cfg ExactlyOnce) error {
 	if err := cfg.Producer.Begin(); err != nil {
 		return fmt.Errorf("join: beginning the first transaction: %w", err)
 	}
-	c := &txnCommitter{cfg: cfg, p: cfg.Producer, began: time.Now()}
+	c := &txnCommitter{cfg: cfg, p: cfg.Producer, began: time.Now(), open: true}
 	w.eos.c = c
 	w.cfg.Writer = c
 	return nil
@@ -190,8 +194,8 @@ func (c *txnCommitter) WriteMessages(ctx context.Context, msgs ...kafka.Message)
 
 func (c *txnCommitter) unusableLocked() error {
 	switch {
-	case c.stopped != nil:
-		return c.stopped
+	case c.unopened != nil:
+		return c.unopened
 	case c.rewind != nil:
 		return errRewinding
 	}
@@ -313,6 +317,24 @@ func (w *Processor) commitOffsets(ctx context.Context, offsets map[string]map[in
 
 func (c *txnCommitter) commit(ctx context.Context, w *Processor, offsets map[string]map[int]int64) error {
 	c.mu.Lock()
+	unopened := c.unopened != nil && c.rewind == nil
+	c.mu.Unlock()
+	if unopened {
+		// The tasks' writes were refused since (their outboxes ended):
+		// once a transaction begins, they restart from the committed
+		// offsets.
+		if err := c.begin(ctx, w); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.rewind = errors.New("a transaction began again after none could")
+		c.mu.Unlock()
+		if m, ok := w.member.(txnMember); ok {
+			m.Restart(errors.New("exactly-once: a transaction began again after none could; the tasks restart from the committed offsets"))
+		}
+		return nil
+	}
+	c.mu.Lock()
 	p, failed, bad := c.p, c.failed, c.unusableLocked()
 	c.mu.Unlock()
 	if bad != nil {
@@ -342,7 +364,7 @@ func (c *txnCommitter) commit(ctx context.Context, w *Processor, offsets map[str
 	w.metrics.txn.transactions.WithLabelValues(TxnCommit).Inc()
 	c.mu.Lock()
 	w.metrics.txn.seconds.Observe(time.Since(c.began).Seconds())
-	c.dirty = false
+	c.dirty, c.open = false, false
 	c.mu.Unlock()
 	if err := c.begin(ctx, w); err != nil {
 		return err
@@ -378,9 +400,11 @@ func (c *txnCommitter) begin(ctx context.Context, w *Processor) error {
 		err = p.Begin()
 	}
 	c.mu.Lock()
-	c.began = time.Now()
+	c.began, c.open = time.Now(), err == nil
 	if err != nil {
-		c.stopped = fmt.Errorf("join: cannot begin a transaction: %w", err)
+		c.unopened = fmt.Errorf("join: cannot begin a transaction: %w", err)
+	} else {
+		c.unopened = nil
 	}
 	c.mu.Unlock()
 	return err
@@ -389,6 +413,8 @@ func (c *txnCommitter) begin(ctx context.Context, w *Processor) error {
 // replace makes a new producer (whose InitProducerID fences the old one
 // and aborts what it left open).
 func (c *txnCommitter) replace(ctx context.Context, w *Processor) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*c.cfg.TransactionTimeout)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		p, err := c.cfg.NewProducer(ctx)
 		if err == nil {
@@ -397,12 +423,9 @@ func (c *txnCommitter) replace(ctx context.Context, w *Processor) error {
 			c.mu.Unlock()
 			return nil
 		}
-		if ctx.Err() != nil || attempt >= 5 {
+		if ctx.Err() != nil || attempt >= 2 {
 			err = fmt.Errorf("join: cannot make a new transactional producer: %w", err)
-			c.mu.Lock()
-			c.stopped = err
-			c.mu.Unlock()
-			w.log.Error("exactly-once: no transactional producer; nothing is written until the worker restarts", "err", err)
+			w.log.Error("exactly-once: no transactional producer; nothing is written until one can be made (retried every commit interval)", "err", err)
 			return err
 		}
 		w.log.Warn("cannot make a new transactional producer; retrying", "err", err)
@@ -422,6 +445,9 @@ func (c *txnCommitter) abort(ctx context.Context, w *Processor, cause error) err
 	c.rewind = cause
 	c.mu.Unlock()
 	aerr := p.Abort(ctx)
+	c.mu.Lock()
+	c.open = false
+	c.mu.Unlock()
 	w.metrics.txn.transactions.WithLabelValues(TxnAbort).Inc()
 	fenced := errors.Is(cause, produce.ErrFenced) || errors.Is(aerr, produce.ErrFenced)
 	if fenced {
@@ -430,9 +456,11 @@ func (c *txnCommitter) abort(ctx context.Context, w *Processor, cause error) err
 	w.metrics.CommitErrors.Inc()
 	w.log.Warn("exactly-once: transaction aborted; every task restarts from the committed offsets",
 		"err", cause, "abort_err", aerr, "fenced", fenced)
-	if aerr != nil {
+	if errors.Is(aerr, produce.ErrFenced) || errors.Is(aerr, produce.ErrTxnState) {
 		// Fenced, or the coordinator lost the transaction: a new
-		// producer fences whatever the old one left open.
+		// producer fences whatever the old one left open. (An abort
+		// that failed otherwise, e.g. the brokers unreachable, keeps the
+		// producer: the next Begin replaces it if it must.)
 		if err := c.replace(ctx, w); err != nil {
 			cause = errors.Join(cause, err)
 		}
@@ -459,23 +487,27 @@ func (w *Processor) txnLost(ctx context.Context) {
 	w.commitMu.Lock()
 	defer w.commitMu.Unlock()
 	c.mu.Lock()
-	p, dirty, aborted := c.p, c.dirty || c.failed != nil, c.rewind != nil
+	p, dirty, open := c.p, c.dirty || c.failed != nil, c.open
 	c.mu.Unlock()
-	if dirty && !aborted {
+	if open && dirty {
 		w.metrics.txn.transactions.WithLabelValues(TxnAbort).Inc()
-		if err := p.Abort(ctx); err != nil {
-			w.log.Warn("exactly-once: aborting the transaction of the lost tasks failed; replacing the producer", "err", err)
+		err := p.Abort(ctx)
+		if errors.Is(err, produce.ErrFenced) || errors.Is(err, produce.ErrTxnState) {
 			if errors.Is(err, produce.ErrFenced) {
 				w.metrics.txn.fenced.Inc()
 			}
+			w.log.Warn("exactly-once: aborting the transaction of the lost tasks failed; replacing the producer", "err", err)
 			_ = c.replace(ctx, w)
+		} else if err != nil {
+			w.log.Warn("exactly-once: aborting the transaction of the lost tasks failed", "err", err)
 		}
+		open = false
 	}
 	c.mu.Lock()
-	c.dirty, c.failed, c.rewind = false, nil, nil
+	c.dirty, c.failed, c.rewind, c.open = false, nil, nil, open
 	c.mu.Unlock()
-	if dirty || aborted {
-		_ = c.begin(ctx, w)
+	if !open {
+		_ = c.begin(ctx, w) // on failure, the next commit tick begins one
 	}
 }
 
