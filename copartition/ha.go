@@ -536,7 +536,9 @@ type sticky struct {
 }
 
 // standbys places min(K, M-1) standbys per task; final is the owner of
-// every task.
+// every task. It ranks who should keep what (keepers), sets each member's
+// target (targets), keeps the ranked copies within the targets, then
+// fills the rest (fill).
 func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 	m := int32(pl.m)
 	k := int32(min(ha.opt.Standbys, pl.m-1))
@@ -550,11 +552,28 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 	s.sb = make([]int32, pl.p*int(k))
 	s.kept = make([]bool, pl.p*int(k))
 	s.held = make([][]int32, m)
-	active := make([]int32, m)
-	for _, o := range final {
-		active[o]++
-	}
+	stickyCount := s.rankKeepers(pl, ha, final)
+	s.targets(pl, ha, final, stickyCount, tr)
 
+	// Keep: ascending tasks, each task's candidates smallest lag first.
+	for _, c := range s.keepers {
+		if s.n[c.t] < k && s.cnt[c.m] < s.tgt[c.m] {
+			s.add(int(c.t), c.m, true)
+			if tr != nil {
+				tr.keep(pl, c)
+			}
+		}
+	}
+	s.fill(pl, final, tr)
+	return s
+}
+
+// rankKeepers sets s.keepers, the members that should keep each task's
+// standby (not its owner in final), ranked per task, smallest lag first,
+// and s.keepOff, their offsets by task; it returns how many tasks each
+// member should keep.
+func (s *standbys) rankKeepers(pl *planner, ha *haState, final []int32) (stickyCount []int32) {
+	m := int32(pl.m)
 	// Who should keep what, ranked per task.
 	cands := make([]sticky, 0, len(ha.prevStandby)+pl.p+len(ha.copyMember))
 	for _, ps := range ha.prevStandby {
@@ -594,7 +613,7 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 	}
 	merged = byTask(pl.p, merged, func(c sticky) int32 { return c.t },
 		func(a, b sticky) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.m, b.m)) })
-	stickyCount := make([]int32, m)
+	stickyCount = make([]int32, m)
 	s.keepOff = make([]int32, pl.p+1)
 	for _, c := range merged {
 		stickyCount[c.m]++
@@ -604,8 +623,18 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 		s.keepOff[t+1] += s.keepOff[t]
 	}
 	s.keepers = merged
+	return stickyCount
+}
 
-	// Targets: P·k copies, floor/ceil; the extras to the fewest actives.
+// targets sets s.tgt, the standbys each member should hold: P·k copies,
+// floor/ceil, the extras to the members with the fewest active tasks
+// (then the most to keep).
+func (s *standbys) targets(pl *planner, ha *haState, final []int32, stickyCount []int32, tr *tracer) {
+	m, k := int32(pl.m), s.k
+	active := make([]int32, m)
+	for _, o := range final {
+		active[o]++
+	}
 	total := int64(pl.p) * int64(k)
 	base, extra := int32(total/int64(m)), int(total%int64(m))
 	order := make([]int32, m)
@@ -630,16 +659,13 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 		tr.w.WriteByte('\n')
 	}
 
-	// Keep: ascending tasks, each task's candidates smallest lag first.
-	for _, c := range merged {
-		if s.n[c.t] < k && s.cnt[c.m] < s.tgt[c.m] {
-			s.add(int(c.t), c.m, true)
-			if tr != nil {
-				tr.keep(pl, c)
-			}
-		}
-	}
+}
 
+// fill gives every task that lacks standbys after the keeps the members
+// below target with the fewest standbys that may take it; when none can,
+// repair makes room, or a member goes over its target.
+func (s *standbys) fill(pl *planner, final []int32, tr *tracer) {
+	m, k := int32(pl.m), s.k
 	// Fill: the member below target with the fewest standbys.
 	h := newMemberHeap(m)
 	for i := range m {
@@ -714,7 +740,6 @@ func (pl *planner) standbys(ha *haState, final []int32, tr *tracer) *standbys {
 			mark[pick] = stamp
 		}
 	}
-	return s
 }
 
 // repair makes room for task t when every member below target owns t or

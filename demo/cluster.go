@@ -1,7 +1,7 @@
 // Package demo runs joiner end to end in one process: an embedded Kafka
 // broker (kfake) or an external cluster, several workers, and the load
 // generator; `joiner demo` prints its report. The tests grow, shrink,
-// crash and isolate workers with internal/testkit, which builds on the
+// crash and isolate workers with testsupport/testkit, which builds on the
 // Broker, WorkerConfig, WaitStable, Alerts and TopicReader defined here.
 package demo
 
@@ -145,7 +145,7 @@ func WorkerConfig(b *Broker, dir, instance string, template node.Config) node.Co
 	cfg.Brokers, cfg.Group, cfg.Topics = b.Addrs, b.Group, b.Topics
 	cfg.InstanceID = instance
 	cfg.LeaveOnShutdown = true
-	cfg.StateDirs = []string{filepath.Join(dir, instance)}
+	cfg.Dirs = []string{filepath.Join(dir, instance)}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	return cfg
 }

@@ -111,13 +111,17 @@ type Report struct {
 	Elapsed time.Duration `json:"-"`
 }
 
-func (c *Config) defaults() {
+// withDefaults returns c with its nil Progress and Logger set to their
+// defaults; the counts have none (DefaultConfig is the experiment, and
+// Validate refuses zero counts).
+func (c Config) withDefaults() Config {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	return c
 }
 
 // Validate reports a configuration the demo cannot run.
@@ -149,7 +153,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return Report{}, err
 	}
-	cfg.defaults()
+	cfg = cfg.withDefaults()
 	// With Serve, the workers outlive the timeout (fleetCtx).
 	fleetCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -168,15 +172,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return fmt.Sprintf("starting the broker and %d workers (%s)", cfg.Workers, time.Since(began).Round(time.Second))
 	})
 
-	var b *Broker
-	var err error
-	where := "embedded broker"
-	if len(cfg.Brokers) > 0 {
-		b, err = UseBrokers(ctx, cfg.Brokers, cfg.Partitions, cfg.ReplicationFactor, cfg.Transport)
-		where = "cluster"
-	} else {
-		b, err = StartBroker(cfg.Partitions)
-	}
+	b, where, err := openBroker(ctx, cfg)
 	if err != nil {
 		return Report{}, err
 	}
@@ -193,7 +189,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%d", i+1)
 	}
-	f, err := startFleet(fleetCtx, b, dir, node.Config{Assignor: cfg.Assignor, Fields: cfg.Fields, Grace: cfg.Grace, Logger: cfg.Logger, ExactlyOnce: cfg.ExactlyOnce}, names)
+	f, err := startFleet(fleetCtx, b, dir, node.Config{
+		JoinConfig:   node.JoinConfig{Fields: cfg.Fields, Grace: cfg.Grace},
+		MemberConfig: node.MemberConfig{Assignor: cfg.Assignor},
+		Logger:       cfg.Logger,
+		ExactlyOnce:  cfg.ExactlyOnce,
+	}, names)
 	b.ReadCommitted = b.ReadCommitted || cfg.ExactlyOnce
 	if err != nil {
 		return Report{}, err
@@ -208,11 +209,49 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	say("%d workers joined the group (generation %d, assignor %s)", cfg.Workers, gen, cfg.Assignor)
 
+	sum, alerts, elapsed, err := produceAndCollect(ctx, cfg, b, hb, say)
+	if err != nil {
+		return Report{}, err
+	}
+	// An alert is counted right after Kafka acknowledges it: wait for the
+	// counters to catch up with what was read.
+	rep := f.report(cfg, sum.Notifications, alerts.Records)
+	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(alerts.Distinct()) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		rep = f.report(cfg, sum.Notifications, alerts.Records)
+	}
+	rep.Elapsed = elapsed
+	if cfg.Serve != nil {
+		pages := make([]WorkerPage, 0, len(names))
+		for _, name := range names {
+			pages = append(pages, WorkerPage{Instance: name, URL: f.workers[name].StatusURL()})
+		}
+		cfg.Serve(rep, pages)
+		<-fleetCtx.Done()
+	}
+	return rep, nil
+}
+
+// openBroker is the demo's broker: cfg.Brokers' cluster (topics and a
+// group named for the run), or an embedded one; where names which.
+func openBroker(ctx context.Context, cfg Config) (b *Broker, where string, err error) {
+	if len(cfg.Brokers) > 0 {
+		b, err = UseBrokers(ctx, cfg.Brokers, cfg.Partitions, cfg.ReplicationFactor, cfg.Transport)
+		return b, "cluster", err
+	}
+	b, err = StartBroker(cfg.Partitions)
+	return b, "embedded broker", err
+}
+
+// produceAndCollect runs the load generator on b while it reads the
+// alerts back, until every notification has one; elapsed runs from the
+// first record produced to the last alert read.
+func produceAndCollect(ctx context.Context, cfg Config, b *Broker, hb *heartbeat, say func(string, ...any)) (sum loadgen.Summary, alerts *Alerts, elapsed time.Duration, err error) {
 	// Alerts are read (and, on the embedded broker, deleted once read)
 	// while the load generator runs, so that neither the broker nor this
 	// process holds a million of them.
 	want := cfg.Symbols * cfg.NotificationsPerSymbol
-	alerts := NewAlerts()
+	alerts = NewAlerts()
 	collectCtx, stopCollect := context.WithCancel(ctx)
 	defer stopCollect()
 	collected := make(chan error, 1)
@@ -222,8 +261,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	prog := newAlertProgress(cfg.Progress, want)
 	hb.setStatus(func() string { return prog.line(alerts.Distinct()) })
-	began = time.Now()
-	sum, err := loadgen.Run(ctx, loadgen.Config{
+	began := time.Now()
+	sum, err = loadgen.Run(ctx, loadgen.Config{
 		Brokers:                b.Addrs,
 		Transport:              b.Transport,
 		MarketTopic:            b.Topics.Market,
@@ -240,7 +279,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		stopCollect()
 		<-collected
-		return Report{}, err
+		return loadgen.Summary{}, nil, 0, err
 	}
 	// Until the last alert, hb prints prog's line every second.
 	err = <-collected
@@ -249,26 +288,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		say("%s", prog.line(alerts.Distinct())) // the last one
 	}
 	if err != nil {
-		return Report{}, fmt.Errorf("waiting for %d alerts (have %d): %w", want, alerts.Distinct(), err)
+		return loadgen.Summary{}, nil, 0, fmt.Errorf("waiting for %d alerts (have %d): %w", want, alerts.Distinct(), err)
 	}
-	// An alert is counted right after Kafka acknowledges it: wait for the
-	// counters to catch up with what was read.
-	elapsed := time.Since(began)
-	rep := f.report(cfg, sum.Notifications, alerts.Records)
-	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(alerts.Distinct()) && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		rep = f.report(cfg, sum.Notifications, alerts.Records)
-	}
-	rep.Elapsed = elapsed
-	if cfg.Serve != nil {
-		pages := make([]WorkerPage, 0, len(names))
-		for _, name := range names {
-			pages = append(pages, WorkerPage{Instance: name, URL: f.workers[name].StatusURL()})
-		}
-		cfg.Serve(rep, pages)
-		<-fleetCtx.Done()
-	}
-	return rep, nil
+	return sum, alerts, time.Since(began), nil
 }
 
 // alertProgress describes how many notifications have their alert, the

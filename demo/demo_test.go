@@ -14,10 +14,10 @@ import (
 
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -111,11 +111,13 @@ func newHarness(t *testing.T, partitions int) *harness {
 		t.Fatal(err)
 	}
 	f := testkit.NewFleet(b, t.TempDir(), node.Config{
-		SessionTimeout:    1500 * time.Millisecond,
-		HeartbeatInterval: 250 * time.Millisecond,
-		RebalanceTimeout:  5 * time.Second,
-		CommitInterval:    100 * time.Millisecond,
-		Logger:            testLogger(t),
+		MemberConfig: node.MemberConfig{
+			SessionTimeout:    1500 * time.Millisecond,
+			HeartbeatInterval: 250 * time.Millisecond,
+			RebalanceTimeout:  5 * time.Second,
+		},
+		JoinConfig: node.JoinConfig{CommitInterval: 100 * time.Millisecond},
+		Logger:     testLogger(t),
 	})
 	t.Cleanup(func() {
 		if err := f.StopAll(); err != nil {

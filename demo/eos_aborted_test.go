@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -27,8 +27,8 @@ func TestExactlyOnceIgnoresAbortedInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := testkit.NewFleet(b, t.TempDir(), node.Config{
-		SessionTimeout: 3 * time.Second, HeartbeatInterval: 250 * time.Millisecond, RebalanceTimeout: 5 * time.Second,
-		ExactlyOnce: true, Logger: testLogger(t),
+		MemberConfig: node.MemberConfig{SessionTimeout: 3 * time.Second, HeartbeatInterval: 250 * time.Millisecond, RebalanceTimeout: 5 * time.Second},
+		ExactlyOnce:  true, Logger: testLogger(t),
 	})
 	t.Cleanup(func() {
 		if err := f.StopAll(); err != nil {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
 )
 
 // TestOracle runs every scenario again with exactly-once workers

@@ -20,12 +20,12 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/joiner-dev/joiner/internal/oracle"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -155,10 +155,11 @@ func TestFaultForeignMemberGetsNoTasks(t *testing.T) {
 	var logs logBuffer
 	foreign := startNode(t, node.Config{
 		Brokers: h.b.Addrs, Group: h.b.Group, InstanceID: "foreign",
-		Topics:    record.Topics{Market: "prices", Notifications: h.b.Topics.Notifications, Alerts: h.b.Topics.Alerts, DeadLetter: h.b.Topics.DeadLetter},
-		StateDirs: []string{t.TempDir()}, HTTPAddr: "127.0.0.1:0", CacheBytes: 8 << 20,
-		SessionTimeout: 1500 * time.Millisecond, HeartbeatInterval: 250 * time.Millisecond, RebalanceTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Topics:       record.Topics{Market: "prices", Notifications: h.b.Topics.Notifications, Alerts: h.b.Topics.Alerts, DeadLetter: h.b.Topics.DeadLetter},
+		HTTPAddr:     "127.0.0.1:0",
+		StoreOptions: node.StoreOptions{Dirs: []string{t.TempDir()}, CacheBytes: 8 << 20},
+		MemberConfig: node.MemberConfig{SessionTimeout: 1500 * time.Millisecond, HeartbeatInterval: 250 * time.Millisecond, RebalanceTimeout: 5 * time.Second},
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	waitUntil(t, 30*time.Second, "the foreign member's /readyz to say it is excluded", func() bool {
 		code, body := readyz(t, foreign.Addr())
@@ -213,8 +214,9 @@ func TestFaultNewGroupStartOffset(t *testing.T) {
 	var logs2 logBuffer
 	startNode(t, node.Config{
 		Brokers: h.b.Addrs, Group: "other-group", InstanceID: "x1", Topics: h.b.Topics,
-		StateDirs: []string{t.TempDir()}, HTTPAddr: "127.0.0.1:0", CacheBytes: 8 << 20,
-		Logger: slog.New(slog.NewTextHandler(&logs2, nil)),
+		HTTPAddr:     "127.0.0.1:0",
+		StoreOptions: node.StoreOptions{Dirs: []string{t.TempDir()}, CacheBytes: 8 << 20},
+		Logger:       slog.New(slog.NewTextHandler(&logs2, nil)),
 	})
 	if want := "records_to_replay=" + strconv.Itoa(old.Notifications+20); !strings.Contains(logs2.String(), want) ||
 		!strings.Contains(logs2.String(), "level=WARN msg=\"no committed offset: replaying") {
@@ -275,7 +277,7 @@ func TestFaultUnopenableStoreIsNotProcessed(t *testing.T) {
 	h.produce(loadgen.Config{Symbols: 20, TicksPerSymbol: 2, NotificationsPerSymbol: 5})
 	// w1 alone first: every task lands on its unusable stores, with a
 	// backlog of notifications waiting.
-	h.f.Template.StoreFS = roFS{FS: vfs.Default, fragments: []string{string(filepath.Separator) + "w1" + string(filepath.Separator) + h.b.Group + string(filepath.Separator) + "task-"}}
+	h.f.Template.FS = roFS{FS: vfs.Default, fragments: []string{string(filepath.Separator) + "w1" + string(filepath.Separator) + h.b.Group + string(filepath.Separator) + "task-"}}
 	h.start("w1")
 	w1 := h.f.Workers()["w1"]
 	waitUntil(t, 45*time.Second, "w1 to report its 4 tasks failed", func() bool {
@@ -283,7 +285,7 @@ func TestFaultUnopenableStoreIsNotProcessed(t *testing.T) {
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "failed") &&
 			metric(t, w1.Addr(), `joiner_tasks{role="failed"}`) == 4
 	})
-	h.f.Template.StoreFS = nil
+	h.f.Template.FS = nil
 	h.start("w2")
 	w2 := h.f.Workers()["w2"]
 	waitUntil(t, 45*time.Second, "w2 to hold all 4 tasks", func() bool { return len(w2.Processor().Stats().Tasks) == 4 })

@@ -10,11 +10,11 @@ import (
 
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/oracle"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -32,12 +32,16 @@ func haFleet(t *testing.T, partitions int, tune func(*node.Config)) *testkit.Fle
 		t.Fatal(err)
 	}
 	cfg := node.Config{
-		SessionTimeout:    1500 * time.Millisecond,
-		HeartbeatInterval: 250 * time.Millisecond,
-		RebalanceTimeout:  5 * time.Second,
-		CommitInterval:    100 * time.Millisecond,
-		MaxTaskIdle:       2 * time.Second,
-		Logger:            testLogger(t),
+		MemberConfig: node.MemberConfig{
+			SessionTimeout:    1500 * time.Millisecond,
+			HeartbeatInterval: 250 * time.Millisecond,
+			RebalanceTimeout:  5 * time.Second,
+		},
+		JoinConfig: node.JoinConfig{
+			CommitInterval: 100 * time.Millisecond,
+			MaxTaskIdle:    2 * time.Second,
+		},
+		Logger: testLogger(t),
 	}
 	if tune != nil {
 		tune(&cfg)
@@ -196,7 +200,7 @@ func TestStandbyFailover(t *testing.T) {
 		t.Run(fmt.Sprintf("standbys=%d", k), func(t *testing.T) {
 			t.Parallel()
 			f := haFleet(t, 6, func(c *node.Config) {
-				c.StandbyReplicas = k
+				c.Standbys = k
 				c.AcceptableRecoveryLag = recoveryLag
 				c.MaxWarmupReplicas = copartition.DefaultMaxWarmupReplicas
 				c.ProbingRebalanceInterval = time.Second
@@ -348,7 +352,7 @@ func endOffsets(ctx context.Context, t *testing.T, b *demo.Broker, ps []int) []i
 func TestScaleOutWithStandbys(t *testing.T) {
 	t.Parallel()
 	f := haFleet(t, 8, func(c *node.Config) {
-		c.StandbyReplicas = 1
+		c.Standbys = 1
 		c.AcceptableRecoveryLag = copartition.DefaultAcceptableRecoveryLag
 		c.MaxWarmupReplicas = copartition.DefaultMaxWarmupReplicas
 	})

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/oracle"
-	"github.com/joiner-dev/joiner/internal/testkit"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 )
 
 // TestMisroutedNotifications (issue 19, item 2): 5% of the notifications

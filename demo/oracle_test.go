@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/oracle"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 )
 
 // TestOracle produces ticks and notifications interleaved in time and checks
-// every alert against the input (internal/oracle): each notification has an
+// every alert against the input (testsupport/oracle): each notification has an
 // alert carrying its symbol's price as of its own time, or miss when there
 // was none; a duplicate is identical to the first copy but for the worker.
 // It does so without disturbance and under the disturbances workers meet,
@@ -87,14 +87,18 @@ func TestOracle(t *testing.T) {
 				t.Fatal(err)
 			}
 			f := testkit.NewFleet(b, t.TempDir(), node.Config{
-				Assignor:          sc.assignor,
-				SessionTimeout:    session,
-				HeartbeatInterval: 250 * time.Millisecond,
-				RebalanceTimeout:  5 * time.Second,
-				CommitInterval:    100 * time.Millisecond,
-				MaxTaskIdle:       2 * time.Second,
-				Logger:            testLogger(t),
-				ExactlyOnce:       sc.exactlyOnce,
+				MemberConfig: node.MemberConfig{
+					Assignor:          sc.assignor,
+					SessionTimeout:    session,
+					HeartbeatInterval: 250 * time.Millisecond,
+					RebalanceTimeout:  5 * time.Second,
+				},
+				JoinConfig: node.JoinConfig{
+					CommitInterval: 100 * time.Millisecond,
+					MaxTaskIdle:    2 * time.Second,
+				},
+				Logger:      testLogger(t),
+				ExactlyOnce: sc.exactlyOnce,
 				// The isolated worker's transaction outlives it.
 				TransactionTimeout: 3 * time.Second,
 			})
@@ -222,13 +226,17 @@ func TestOracleUserRecords(t *testing.T) {
 			}
 			fields := record.Fields{Symbol: "ticker", Price: "last"}
 			f := testkit.NewFleet(b, t.TempDir(), node.Config{
-				Assignor:          sc.assignor,
-				Fields:            fields,
-				Grace:             sc.grace,
-				SessionTimeout:    1500 * time.Millisecond,
-				HeartbeatInterval: 250 * time.Millisecond,
-				CommitInterval:    100 * time.Millisecond,
-				Logger:            testLogger(t),
+				MemberConfig: node.MemberConfig{
+					Assignor:          sc.assignor,
+					SessionTimeout:    1500 * time.Millisecond,
+					HeartbeatInterval: 250 * time.Millisecond,
+				},
+				JoinConfig: node.JoinConfig{
+					Fields:         fields,
+					Grace:          sc.grace,
+					CommitInterval: 100 * time.Millisecond,
+				},
+				Logger: testLogger(t),
 			})
 			t.Cleanup(func() {
 				if err := f.StopAll(); err != nil {

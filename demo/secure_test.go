@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/oracle"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statuspage"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 )
 
 // TestSecureFleet runs workers over TLS + SASL SCRAM to the broker, with a
@@ -54,7 +54,7 @@ func TestSecureFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := testkit.NewFleet(b, t.TempDir(), node.Config{
-		Assignor:      "roundrobin",
+		MemberConfig:  node.MemberConfig{Assignor: "roundrobin"},
 		PeerTokenFile: tokenFile,
 		HTTPCertFile:  httpCert,
 		HTTPKeyFile:   httpKey,

@@ -28,11 +28,11 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/htmltest"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/statuspage"
+	"github.com/joiner-dev/joiner/testsupport/htmltest"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
@@ -270,7 +270,7 @@ func TestStatusPageInChromium(t *testing.T) {
 func TestStatusPageFailedTask(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4)
-	h.f.Template.StoreFS = roFS{FS: vfs.Default, fragments: []string{string(filepath.Separator) + "w1" + string(filepath.Separator) + h.b.Group + string(filepath.Separator) + "task-2"}}
+	h.f.Template.FS = roFS{FS: vfs.Default, fragments: []string{string(filepath.Separator) + "w1" + string(filepath.Separator) + h.b.Group + string(filepath.Separator) + "task-2"}}
 	h.start("w1")
 	w1 := h.f.Workers()["w1"]
 	waitUntil(t, 45*time.Second, "w1 to fail task 2", func() bool {
@@ -340,7 +340,7 @@ func TestStatusPageWaitingForMarket(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	cfg := demo.WorkerConfig(b, t.TempDir(), "w1", node.Config{MaxTaskIdle: 200 * time.Millisecond, Logger: testLogger(t)})
+	cfg := demo.WorkerConfig(b, t.TempDir(), "w1", node.Config{JoinConfig: node.JoinConfig{MaxTaskIdle: 200 * time.Millisecond}, Logger: testLogger(t)})
 	blocker := &marketBlocker{RoundTripper: cfg.Transport, market: b.Topics.Market}
 	cfg.Transport = blocker
 	w := startNode(t, cfg)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/testkit/realkafka"
 	"github.com/joiner-dev/joiner/produce"
+	"github.com/joiner-dev/joiner/testsupport/testkit/realkafka"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kfake"

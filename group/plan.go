@@ -83,7 +83,10 @@ type planOutput struct {
 	Lags map[string]map[int]int64
 }
 
-// computePlan is the leader's pure assignment computation.
+// computePlan is the leader's pure assignment computation: screen the
+// members, pair the topics' counts, run the assignor on the previous
+// owners and copies, apply the members' refusals and the cooperative
+// handover, then encode each member's assignment.
 func computePlan(in planInput) (planOutput, error) {
 	if len(in.Topics) == 0 {
 		return planOutput{}, errors.New("group: plan: no topics")
@@ -101,31 +104,15 @@ func computePlan(in planInput) (planOutput, error) {
 	}
 	all := members
 	members, out.Excluded = screen(in.Topics, members)
-
-	table := make([]Owner, len(members))
-	index := make(map[string]uint32, len(members)) // instance id -> table index + 1
-	ids := make([]string, len(members))
-	for i, m := range members {
-		table[i] = Owner{InstanceID: m.InstanceID, Addr: m.Sub.Addr}
-		ids[i] = m.InstanceID
-		if _, dup := index[m.InstanceID]; dup {
-			return planOutput{}, fmt.Errorf("group: plan: instance id %q appears twice", m.InstanceID)
-		}
-		index[m.InstanceID] = uint32(i + 1)
+	table, index, ids, err := memberTable(members)
+	if err != nil {
+		return planOutput{}, err
 	}
 
 	partitions, unpaired, err := pairCounts(in.Topics, in.Counts)
 	out.Partitions, out.Unpaired = partitions, unpaired
 	if err != nil {
-		out.Err = err
-		ud, encErr := encodeAssignment(assignmentData{Leader: in.Leader, Members: table, Err: err.Error()})
-		if encErr != nil {
-			return planOutput{}, encErr
-		}
-		for _, m := range all {
-			out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: map[string][]int{}, UserData: ud}
-		}
-		return out, nil
+		return unpairedPlan(out, in.Leader, table, all, err)
 	}
 	if err := excludedAssignments(&out, in.Leader, out.Excluded); err != nil {
 		return planOutput{}, err
@@ -134,67 +121,11 @@ func computePlan(in planInput) (planOutput, error) {
 		return out, nil
 	}
 
-	// Previous owners, from the subscriptions, restricted to real tasks. A
-	// task claimed by several members has no previous owner (as in
-	// copartition.Assign).
-	previous := make(map[string][]int, len(members))
-	prevOwner := make([]string, partitions)
-	const contested = "\x00contested"
-	for _, m := range members {
-		var owned []int
-		for _, p := range m.Sub.Owned {
-			if p >= 0 && p < partitions {
-				owned = append(owned, p)
-				if prevOwner[p] == "" {
-					prevOwner[p] = m.InstanceID
-				} else {
-					prevOwner[p] = contested
-				}
-			}
-		}
-		if len(owned) != len(m.Sub.Owned) {
-			out.Warnings = append(out.Warnings, fmt.Sprintf("member %q reported tasks outside [0, %d); ignored them", m.InstanceID, partitions))
-		}
-		if len(owned) > 0 {
-			previous[m.InstanceID] = owned
-		}
-	}
-
-	// perTopic[instance][topic] = partitions
-	perTopic := make(map[string]map[string][]int, len(members))
-	for _, id := range ids {
-		perTopic[id] = map[string][]int{}
-	}
-	assignor, err := LookupAssignor(in.Assignor)
+	previous, prevOwner, warnings := previousOwners(members, partitions)
+	out.Warnings = append(out.Warnings, warnings...)
+	plan, perTopic, err := runAssignor(in, &out, members, ids, partitions, previous)
 	if err != nil {
-		return planOutput{}, fmt.Errorf("group: plan: %w", err)
-	}
-	prevStandby, lags := haInputs(members, partitions, in.Starts, in.Ends, in.AcceptableRecoveryLag)
-	out.Lags = lags
-	plan, err := assignor.Plan(PlanRequest{
-		Partitions: partitions, Topics: in.Topics, Members: ids, Previous: previous,
-		Standbys: in.Standbys, PreviousStandby: prevStandby, Lags: lags,
-		AcceptableRecoveryLag: in.AcceptableRecoveryLag, MaxWarmupReplicas: in.MaxWarmupReplicas,
-	})
-	if err != nil {
-		return planOutput{}, fmt.Errorf("group: plan: %s: %w", assignor.Name(), err)
-	}
-	out.Warnings = append(out.Warnings, plan.Warnings...)
-	for id, byTopic := range plan.Assigned {
-		if _, ok := perTopic[id]; !ok {
-			return planOutput{}, fmt.Errorf("group: plan: %s assigned partitions to unknown member %q", assignor.Name(), id)
-		}
-		for t, ps := range byTopic {
-			if !slices.Contains(in.Topics, t) {
-				return planOutput{}, fmt.Errorf("group: plan: %s assigned partitions of unknown topic %q", assignor.Name(), t)
-			}
-			for _, p := range ps {
-				if p < 0 || p >= partitions {
-					return planOutput{}, fmt.Errorf("group: plan: %s assigned partition %d of %q, outside [0, %d)", assignor.Name(), p, t, partitions)
-				}
-			}
-			perTopic[id][t] = ps
-		}
+		return planOutput{}, err
 	}
 	if plan.CountsMoves {
 		out.Moved = plan.Moved
@@ -223,8 +154,128 @@ func computePlan(in planInput) (planOutput, error) {
 	// handed-over task twice over the two generations.
 	out.Moved = max(0, out.Moved-len(out.Withheld))
 
-	// The planned owner of a withheld task keeps its standby copy of it,
-	// if it has one, until the task reaches it.
+	keepWithheldStandbys(&plan, plannedFor, members)
+	out.Standby, out.Warmup = copies(plan, owners, index, refused, partitions)
+	for _, ts := range out.Standby {
+		out.Standbys += len(ts)
+	}
+	for _, ts := range out.Warmup {
+		out.Warmups += len(ts)
+	}
+	if err := encodeAssignments(&out, in, members, table, owners, perTopic, partitions); err != nil {
+		return planOutput{}, err
+	}
+	return out, nil
+}
+
+// memberTable is the owner table of the plan (the members in order), the
+// table index + 1 of each instance id, and the instance ids; an instance
+// id given twice is an error.
+func memberTable(members []joinedMember) (table []Owner, index map[string]uint32, ids []string, err error) {
+	table = make([]Owner, len(members))
+	index = make(map[string]uint32, len(members)) // instance id -> table index + 1
+	ids = make([]string, len(members))
+	for i, m := range members {
+		table[i] = Owner{InstanceID: m.InstanceID, Addr: m.Sub.Addr}
+		ids[i] = m.InstanceID
+		if _, dup := index[m.InstanceID]; dup {
+			return nil, nil, nil, fmt.Errorf("group: plan: instance id %q appears twice", m.InstanceID)
+		}
+		index[m.InstanceID] = uint32(i + 1)
+	}
+	return table, index, ids, nil
+}
+
+// unpairedPlan is the plan when the topics' counts cannot be paired:
+// every member, excluded ones included, gets an empty assignment carrying
+// err's text.
+func unpairedPlan(out planOutput, leader string, table []Owner, all []joinedMember, err error) (planOutput, error) {
+	out.Err = err
+	ud, encErr := encodeAssignment(assignmentData{Leader: leader, Members: table, Err: err.Error()})
+	if encErr != nil {
+		return planOutput{}, encErr
+	}
+	for _, m := range all {
+		out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: map[string][]int{}, UserData: ud}
+	}
+	return out, nil
+}
+
+// previousOwners are the tasks each member reported owning, restricted to
+// real tasks, and each task's previous owner. A task claimed by several
+// members has no previous owner (as in copartition.Assign).
+func previousOwners(members []joinedMember, partitions int) (previous map[string][]int, prevOwner []string, warnings []string) {
+	previous = make(map[string][]int, len(members))
+	prevOwner = make([]string, partitions)
+	const contested = "\x00contested"
+	for _, m := range members {
+		var owned []int
+		for _, p := range m.Sub.Owned {
+			if p >= 0 && p < partitions {
+				owned = append(owned, p)
+				if prevOwner[p] == "" {
+					prevOwner[p] = m.InstanceID
+				} else {
+					prevOwner[p] = contested
+				}
+			}
+		}
+		if len(owned) != len(m.Sub.Owned) {
+			warnings = append(warnings, fmt.Sprintf("member %q reported tasks outside [0, %d); ignored them", m.InstanceID, partitions))
+		}
+		if len(owned) > 0 {
+			previous[m.InstanceID] = owned
+		}
+	}
+	return previous, prevOwner, warnings
+}
+
+// runAssignor runs in.Assignor and checks its plan: partitions of known
+// topics, within [0, partitions), to known members. It returns the plan
+// and its partitions by instance and topic (perTopic[instance][topic]),
+// and records the copies' lags and the assignor's warnings in out.
+func runAssignor(in planInput, out *planOutput, members []joinedMember, ids []string, partitions int, previous map[string][]int) (Plan, map[string]map[string][]int, error) {
+	perTopic := make(map[string]map[string][]int, len(members))
+	for _, id := range ids {
+		perTopic[id] = map[string][]int{}
+	}
+	assignor, err := LookupAssignor(in.Assignor)
+	if err != nil {
+		return Plan{}, nil, fmt.Errorf("group: plan: %w", err)
+	}
+	prevStandby, lags := haInputs(members, partitions, in.Starts, in.Ends, in.AcceptableRecoveryLag)
+	out.Lags = lags
+	plan, err := assignor.Plan(PlanRequest{
+		Partitions: partitions, Topics: in.Topics, Members: ids, Previous: previous,
+		Standbys: in.Standbys, PreviousStandby: prevStandby, Lags: lags,
+		AcceptableRecoveryLag: in.AcceptableRecoveryLag, MaxWarmupReplicas: in.MaxWarmupReplicas,
+	})
+	if err != nil {
+		return Plan{}, nil, fmt.Errorf("group: plan: %s: %w", assignor.Name(), err)
+	}
+	out.Warnings = append(out.Warnings, plan.Warnings...)
+	for id, byTopic := range plan.Assigned {
+		if _, ok := perTopic[id]; !ok {
+			return Plan{}, nil, fmt.Errorf("group: plan: %s assigned partitions to unknown member %q", assignor.Name(), id)
+		}
+		for t, ps := range byTopic {
+			if !slices.Contains(in.Topics, t) {
+				return Plan{}, nil, fmt.Errorf("group: plan: %s assigned partitions of unknown topic %q", assignor.Name(), t)
+			}
+			for _, p := range ps {
+				if p < 0 || p >= partitions {
+					return Plan{}, nil, fmt.Errorf("group: plan: %s assigned partition %d of %q, outside [0, %d)", assignor.Name(), p, t, partitions)
+				}
+			}
+			perTopic[id][t] = ps
+		}
+	}
+	return plan, perTopic, nil
+}
+
+// keepWithheldStandbys: the planned owner of a withheld task keeps its
+// standby copy of it, if it has one, until the task reaches it.
+func keepWithheldStandbys(plan *Plan, plannedFor map[int]string, members []joinedMember) {
 	for p, id := range plannedFor {
 		for _, m := range members {
 			if m.InstanceID == id && slices.Contains(m.Sub.Standby, p) {
@@ -235,13 +286,11 @@ func computePlan(in planInput) (planOutput, error) {
 			}
 		}
 	}
-	out.Standby, out.Warmup = copies(plan, owners, index, refused, partitions)
-	for _, ts := range out.Standby {
-		out.Standbys += len(ts)
-	}
-	for _, ts := range out.Warmup {
-		out.Warmups += len(ts)
-	}
+}
+
+// encodeAssignments sets out.Assignments: each member's partitions and
+// the user data (owner table, owners, its standby and warm-up copies).
+func encodeAssignments(out *planOutput, in planInput, members []joinedMember, table []Owner, owners []uint32, perTopic map[string]map[string][]int, partitions int) error {
 	for _, m := range members {
 		ud, err := encodeAssignment(assignmentData{
 			Moved:      out.Moved,
@@ -253,7 +302,7 @@ func computePlan(in planInput) (planOutput, error) {
 			Warmup:     out.Warmup[m.InstanceID],
 		})
 		if err != nil {
-			return planOutput{}, err
+			return err
 		}
 		assigned := make(map[string][]int, len(in.Topics))
 		for t, ps := range perTopic[m.InstanceID] {
@@ -263,7 +312,7 @@ func computePlan(in planInput) (planOutput, error) {
 		}
 		out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: assigned, UserData: ud}
 	}
-	return out, nil
+	return nil
 }
 
 // haInputs collects the standbys the members reported and, when the end

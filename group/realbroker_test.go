@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/testkit/realkafka"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/testkit/realkafka"
 	"github.com/segmentio/kafka-go"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
 	"github.com/segmentio/kafka-go"
 )
 

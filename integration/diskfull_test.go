@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
 )
 
 // diskFullLoad writes many ticks (3,000/s), so that a worker's stores need

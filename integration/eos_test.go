@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
 )
 
 // The oracle scenarios under exactly-once (--processing-guarantee

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/loadgen"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 )
 
 // The high-availability tests of issue 9 on the real broker, with `joiner

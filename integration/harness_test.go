@@ -26,12 +26,12 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/copartition"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 	"github.com/segmentio/kafka-go"
 )
 

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/oracle"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
 	"github.com/segmentio/kafka-go"
 )
 
 // The oracle scenarios run `joiner run` processes on the real broker while
-// internal/oracle produces ticks and notifications interleaved in time,
+// testsupport/oracle produces ticks and notifications interleaved in time,
 // disturb them while the load flows, and check every alert against the
 // input: each notification has an alert with its symbol's price as of its
 // own time (or miss when there was none), and a duplicate is identical to

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 	"github.com/segmentio/kafka-go"
 )
 

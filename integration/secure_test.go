@@ -26,10 +26,10 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/demo"
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 	"github.com/segmentio/kafka-go"
 )
 

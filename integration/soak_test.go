@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/oracle"
+	"github.com/joiner-dev/joiner/testsupport/oracle"
 )
 
 // TestIntegrationSoak runs two `joiner run` processes for JOINER_SOAK_DURATION

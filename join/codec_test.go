@@ -13,9 +13,9 @@ import (
 // chunkFixture is a worker whose store holds the latest price of symbols
 // symbols (cached after the first lookup), and n fetched notifications of
 // those symbols carved from one buffer, as package fetch carves them.
-func chunkFixture(tb testing.TB, symbols, n int) (*processTask, []fetchedRecord) {
+func chunkFixture(tb testing.TB, symbols, n int) (*Processor, *processTask, []fetchedRecord) {
 	w, pt, _ := newTestWorker(tb)
-	w.cfg.Writer = discardWriter{}
+	w.writer = discardWriter{}
 	var ticks []fetchedRecord
 	for i := range symbols {
 		ticks = append(ticks, recAt(int64(i), 1000, fmt.Sprintf(`{"symbol":"SYM%04d","price":%d.5}`, i, 1000+i)))
@@ -38,7 +38,7 @@ func chunkFixture(tb testing.TB, symbols, n int) (*processTask, []fetchedRecord)
 		recs[i].Value = slab[start:ends[i]:ends[i]]
 		start = ends[i]
 	}
-	return pt, recs
+	return w, pt, recs
 }
 
 // joinChunk is the worker's own work on a chunk: decode, join and encode
@@ -52,7 +52,7 @@ func joinChunk(tb testing.TB, pt *processTask, recs []fetchedRecord, e *encoded,
 	if err != nil || len(dead) != 0 || e.len() != len(recs) || e.results[0] != len(recs) {
 		tb.Fatalf("%d alerts (%v) of %d notifications, %d dead letters, %v", e.len(), e.results, len(recs), len(dead), err)
 	}
-	if _, err := pt.w.writeOutWith(ctx, s, 0, []*encoded{e}, nil); err != nil {
+	if _, err := pt.env.writeOutWith(ctx, s, 0, []*encoded{e}, nil); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -63,7 +63,7 @@ func joinChunk(tb testing.TB, pt *processTask, recs []fetchedRecord, e *encoded,
 func TestJoinChunkAllocations(t *testing.T) {
 	allocs := map[int]float64{}
 	for _, n := range []int{20, 400} {
-		pt, recs := chunkFixture(t, 10, n)
+		_, pt, recs := chunkFixture(t, 10, n)
 		var (
 			e encoded
 			s outScratch
@@ -81,7 +81,7 @@ func TestJoinChunkAllocations(t *testing.T) {
 // partition count changes, a symbol in the map may belong to another task,
 // so the map must not answer for it.
 func TestNewestPricesForgottenWhenPartitionsChange(t *testing.T) {
-	pt, recs := chunkFixture(t, 1, 1)
+	w, pt, recs := chunkFixture(t, 1, 1)
 	var e encoded
 	var s outScratch
 	joinChunk(t, pt, recs, &e, &s) // SYM0000's price is now in the map
@@ -89,9 +89,9 @@ func TestNewestPricesForgottenWhenPartitionsChange(t *testing.T) {
 	for murmur2.Partition([]byte("SYM0000"), parts) == pt.p {
 		parts++
 	}
-	pt.w.mu.Lock()
-	pt.w.assignment.Partitions = parts
-	pt.w.mu.Unlock()
+	w.mu.Lock()
+	w.assignment.Partitions = parts
+	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	e.reset()

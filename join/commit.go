@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -21,25 +22,27 @@ const (
 // offset for it: -1 (the partition's first offset) for the market topic and
 // for StartEarliest, the partition's end for notifications with
 // StartLatest. It retries the end-offset lookup until ctx is done.
-func (w *Processor) uncommittedStart(ctx context.Context, topic string, p int) (int64, error) {
-	if topic != w.cfg.Topics.Notifications || w.cfg.StartOffset != StartLatest {
+func (w *taskEnv) uncommittedStart(ctx context.Context, topic string, p int) (int64, error) {
+	if topic != w.topics.Notifications || w.startOffset != StartLatest {
 		return -1, nil
 	}
-	for attempt := 0; ; attempt++ {
-		end, err := listOffset(ctx, w.cfg.Client, topic, p, kafka.LastOffset)
-		if err == nil {
-			w.log.Info("no committed offset; starting at the end (--start-offset latest)", "topic", topic, "partition", p, "offset", end)
-			return end, nil
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
+	var end int64
+	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
 		w.metrics.FetchErrors.Inc()
 		w.log.Warn("cannot read the end offset for --start-offset latest; retrying", "topic", topic, "partition", p, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return 0, err
+		return nil
+	}, func(ctx context.Context) (err error) {
+		end, err = listOffset(ctx, w.client, topic, p, kafka.LastOffset)
+		if err != nil && ctx.Err() != nil {
+			return retry.Permanent(ctx.Err())
 		}
+		return err
+	})
+	if err != nil {
+		return 0, err
 	}
+	w.log.Info("no committed offset; starting at the end (--start-offset latest)", "topic", topic, "partition", p, "offset", end)
+	return end, nil
 }
 
 func validStartOffset(s string) error {
@@ -52,23 +55,25 @@ func validStartOffset(s string) error {
 
 // committedOffset returns the group's committed offset of topic-p, -1 when
 // none, retrying until ctx is done.
-func (w *Processor) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
-	for attempt := 0; ; attempt++ {
-		offs, err := w.member.FetchOffsets(ctx, topic, []int{p})
-		if err == nil {
-			if o, ok := offs[p]; ok && o >= 0 {
-				return o, nil
-			}
-			return w.uncommittedStart(ctx, topic, p)
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
+func (w *taskEnv) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
+	var offs map[int]int64
+	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
 		w.log.Warn("cannot fetch the committed offset; retrying", "topic", topic, "partition", p, "err", err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return 0, err
+		return nil
+	}, func(ctx context.Context) (err error) {
+		offs, err = w.member.FetchOffsets(ctx, topic, []int{p})
+		if err != nil && ctx.Err() != nil {
+			return retry.Permanent(ctx.Err())
 		}
+		return err
+	})
+	if err != nil {
+		return 0, err
 	}
+	if o, ok := offs[p]; ok && o >= 0 {
+		return o, nil
+	}
+	return w.uncommittedStart(ctx, topic, p)
 }
 
 // commitLoop commits processed offsets every CommitInterval until ctx is

@@ -44,7 +44,7 @@ func TestMarketCommitNeverGoesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.states[1] = newStateTask(w, 1, restoring, false) // restored is still open
+	w.states[1] = newStateTask(&w.taskEnv, 1, restoring, false) // restored is still open
 	if err := w.commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}

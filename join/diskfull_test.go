@@ -34,9 +34,7 @@ func TestFullDiskFailsTheTaskAtOnce(t *testing.T) {
 	})
 	var mu sync.Mutex
 	var released []int
-	r.w.faults.mu.Lock()
-	r.w.faults.release = func(p int) { mu.Lock(); released = append(released, p); mu.Unlock() }
-	r.w.faults.mu.Unlock()
+	r.member.onRelease = func(p int) { mu.Lock(); released = append(released, p); mu.Unlock() }
 	start := time.Now()
 	r.w.Assigned(context.Background(), assignment(1, []int{0, 1}, []int{0, 1}))
 	waitFor(t, "both tasks released", func() bool { mu.Lock(); defer mu.Unlock(); return len(released) == 2 })

@@ -154,6 +154,16 @@ type startedMember struct {
 	fakeMember
 	started  chan struct{}
 	inactive atomic.Bool
+	// onRelease, when set before the tasks start, hears of each task
+	// the Processor releases (restore_faults.go).
+	onRelease func(task int)
+}
+
+// Release is group.Member's: the Processor gives a failed task up.
+func (m *startedMember) Release(task int) {
+	if m.onRelease != nil {
+		m.onRelease(task)
+	}
 }
 
 func (m *startedMember) Active() bool { return !m.inactive.Load() }

@@ -73,8 +73,15 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 // its final offsets are committed inside Assigned, it writes nothing
 // after, and the pause histogram observes it once; the kept task is the
 // same task object throughout.
-func TestKeptTaskRunsThroughRebalance(t *testing.T) {
+func TestKeptTaskRunsThroughRebalance(t *testing.T) { keptTaskRunsThroughRebalance(t, "") }
+
+// keptTaskRunsThroughRebalance is TestKeptTaskRunsThroughRebalance with
+// the restores of mode (restoreMode; "": the default).
+func keptTaskRunsThroughRebalance(t *testing.T, mode string) {
 	r := newFakeRig(t)
+	if mode != "" {
+		restoreMode(t, &r.w.taskEnv, mode)
+	}
 	ctx := context.Background()
 	s0, s1 := symbolOf(t, 0, 2), symbolOf(t, 1, 2)
 	r.f.produce("market", 0, 1000, s0, tickJSON(s0, 1))

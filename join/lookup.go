@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,16 +121,30 @@ func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, task int
 	u := priceURL(addr, symbol, task, tsMs)
 	start := time.Now()
 	defer func() { c.hist.Observe(time.Since(start).Seconds()) }()
-	for attempt := 0; ; attempt++ {
-		p, found, retry, err := c.get(ctx, u)
-		if err == nil || !retry {
-			return p, found, err
+	var last, final error // the last failure; one no retry fixes
+	err = retry.Do(ctx, remoteRetry, nil, func(ctx context.Context) error {
+		var again bool
+		p, found, again, last = c.get(ctx, u)
+		if last != nil && !again {
+			final = last
+			return retry.Permanent(last)
 		}
-		if serr := sleep(ctx, backoff(attempt)/2); serr != nil {
-			return Price{}, false, fmt.Errorf("price of %q from %s: %w (last: %v)", symbol, addr, serr, err)
-		}
+		return last
+	})
+	switch {
+	case final != nil:
+		return p, found, final
+	case err != nil:
+		// The last failure is told, not wrapped: the lookup failed
+		// because its time ran out.
+		return Price{}, false, fmt.Errorf("price of %q from %s: %w (last: %v)", symbol, addr, ctx.Err(), last)
 	}
+	return p, found, nil
 }
+
+// remoteRetry spaces the retries of a remote lookup: half the default
+// delays, within its RemoteTimeout.
+var remoteRetry = retry.Policy{Min: retry.Default.Min / 2, Max: retry.Default.Max / 2}
 
 // lookupOnce is lookup without retries, for a merged task's merge loop,
 // which must not stop reading its own market for long (the owner may be
@@ -194,13 +209,13 @@ var errLookup = errors.New("price lookup failed")
 // lookup sets a's result and price as of tsMs for symbol, whose task is q:
 // from the local store when this member holds q, otherwise from q's owner
 // (once, without retries, for a merge loop: see lookupOnce).
-func (w *Processor) lookup(ctx context.Context, a *record.Alert, price *float64, q int, symbol string, tsMs int64, once bool) error {
-	return w.lookupIn(ctx, a, price, w.stateTask(q), q, symbol, tsMs, once)
+func (w *taskEnv) lookup(ctx context.Context, a *record.Alert, price *float64, q int, symbol string, tsMs int64, once bool) error {
+	return w.lookupIn(ctx, a, price, w.peers.stateTask(q), q, symbol, tsMs, once)
 }
 
 // lookupIn is lookup with q's state task (nil when not held here) already
 // looked up.
-func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float64, st *stateTask, q int, symbol string, tsMs int64, once bool) error {
+func (w *taskEnv) lookupIn(ctx context.Context, a *record.Alert, price *float64, st *stateTask, q int, symbol string, tsMs int64, once bool) error {
 	if st != nil {
 		tick, match, err := st.getAsOf(symbol, tsMs)
 		switch {
@@ -212,8 +227,8 @@ func (w *Processor) lookupIn(ctx context.Context, a *record.Alert, price *float6
 		}
 		// The task left this member meanwhile: ask its new owner.
 	}
-	owner, ok := w.owner(q)
-	if !ok || owner.InstanceID == w.cfg.InstanceID || owner.Addr == "" {
+	owner, ok := w.peers.owner(q)
+	if !ok || owner.InstanceID == w.instanceID || owner.Addr == "" {
 		return fmt.Errorf("%w: task %d of %q has no known owner to ask", errLookup, q, symbol)
 	}
 	ask := w.remote.lookup

@@ -25,7 +25,7 @@ type fetched struct {
 // prefetch reads r in a goroutine owned by the caller (wg) until ctx is
 // done, handing every fetch, empty ones too, to the returned channel,
 // which holds up to depth fetches not yet taken.
-func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, depth int, log *slog.Logger) <-chan fetched {
+func (w *taskEnv) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, depth int, log *slog.Logger) <-chan fetched {
 	ch := make(chan fetched, depth)
 	wg.Add(1)
 	go func() {
@@ -48,7 +48,7 @@ func (w *Processor) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partiti
 // fetchRetrying fetches once from r (partitionReader.fetch), a failure
 // logged, counted and retried with backoff. It returns the records and
 // when the fetch that returned them was sent, or false when ctx is done.
-func (w *Processor) fetchRetrying(ctx context.Context, r *partitionReader, log *slog.Logger) ([]fetchedRecord, time.Time, bool) {
+func (w *taskEnv) fetchRetrying(ctx context.Context, r *partitionReader, log *slog.Logger) ([]fetchedRecord, time.Time, bool) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		sent := time.Now()
 		recs, err := r.fetch(ctx)
@@ -93,8 +93,8 @@ const (
 // restored. The goroutines of the task (owned by wg) stop when fctx ends,
 // which the caller does when runMerged returns.
 func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, st *stateTask, nr *partitionReader, head <-chan headFetch, log *slog.Logger) {
-	w := t.w
-	mCh := w.prefetch(fctx, wg, newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, t.p, st.resumeAt, w.cfg.FetchMaxWait), 1, log)
+	w := t.env
+	mCh := w.prefetch(fctx, wg, newPartitionReader(w.client, w.topics.Market, t.p, st.resumeAt, w.limits.FetchMaxWait), 1, log)
 	m := newMerger(t, st)
 	m.free = make(chan *encoded, outboxDepth+2)
 	m.out = t.startOutbox(fctx, wg, m.free)
@@ -122,25 +122,7 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 		err := m.pass(ctx)
 		t.gate.leave()
 		if errors.Is(err, errLookup) && ctx.Err() == nil {
-			// What was joined before the failure is written; the rest
-			// waits in the buffers. Meanwhile the market goes on: another
-			// task (here or on another member) may be waiting for it to
-			// be read past its own notifications, perhaps the very task
-			// this lookup waits for.
-			w.noteTaskErr(t.p, err)
-			delay := backoff(lookupFailures)
-			switch {
-			case errors.Is(err, errRepartitioning):
-				delay = 100 * time.Millisecond
-			case errors.Is(err, errNotReadPast):
-				delay = crossTaskRetry.Delay(lookupFailures)
-				if lookupFailures == crossTaskWarnAfter {
-					log.Warn("notifications of other tasks' symbols wait for those tasks' markets; retrying, this task's market goes on", "err", err)
-				}
-			default:
-				log.Warn("cannot look prices up; retrying", "err", err)
-			}
-			if !m.readMarketFor(ctx, delay, mCh, nCh, ends) {
+			if !m.lookupFailed(ctx, err, lookupFailures, mCh, nCh, ends, log) {
 				return
 			}
 			lookupFailures++
@@ -150,76 +132,104 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 			return // ctx ended, or the store closed under us: the task is stopping
 		}
 		lookupFailures = 0
-
-		// Wait for more input, or decide that the side we wait for is at
-		// its end.
-		idle := time.Duration(-1)
-		graceWake := false // the timeout is the head's grace, not MaxTaskIdle
-		if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
-			if m.otherSideFetchedToEnd() {
-				m.force = true
-				continue
-			}
-			due := m.graceDue() // notifications younger than the grace: no end check yet
-			if !m.checked && due.IsZero() {
-				// Ask for the other side's end without holding up the
-				// merge: its answer is taken below if the wait is still
-				// the same.
-				m.checked = true
-				m.checkEndAsync(fctx, wg, ends)
-			}
-			if m.waitStart.IsZero() {
-				m.waitStart = time.Now()
-			}
-			idle = w.cfg.MaxTaskIdle - time.Since(m.waitStart)
-			if !due.IsZero() {
-				// Wake up when the head is due, to check the end then;
-				// the wait for the market to pass it goes on.
-				if d := time.Until(due); d < idle {
-					idle, graceWake = d, true
-				}
-			} else if idle <= 0 {
-				m.idleExpired(ctx, mCh, nCh, log)
-				continue
-			}
-		}
-		var (
-			timeout <-chan time.Time
-			timer   *time.Timer
-		)
-		if idle >= 0 {
-			timer = time.NewTimer(idle)
-			timeout = timer.C
-		}
-		mIn, nIn := mCh, nCh
-		if len(m.mbuf) >= mergeBufferRecords {
-			mIn = nil
-		}
-		if len(m.nbuf) >= mergeBufferRecords {
-			nIn = nil
-		}
-		// A batch for the side being waited for ends the wait; one for the
-		// other side does not restart it.
-		select {
-		case f := <-mIn:
-			m.takeMarket(f)
-		case f := <-nIn:
-			m.takeNotifications(f)
-		case e := <-ends:
-			m.takeEndCheck(e)
-		case <-timeout:
-			if !graceWake {
-				m.idleExpired(ctx, mCh, nCh, log)
-			}
-		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
+		if !m.awaitInput(ctx, fctx, wg, mCh, nCh, ends, log) {
 			return
 		}
 	}
+}
+
+// lookupFailed handles a pass that failed (err) on a lookup, the
+// failures-th in a row: what was joined before the failure is written;
+// the rest waits in the buffers. Meanwhile the market goes on: another
+// task (here or on another member) may be waiting for it to be read past
+// its own notifications, perhaps the very task this lookup waits for. So
+// the retry is not a sleep (nor backoff.Do) but a delay spent reading the
+// market (readMarketFor). It returns false when ctx is done or the store
+// closed.
+func (m *merger) lookupFailed(ctx context.Context, err error, failures int, mCh, nCh <-chan fetched, ends <-chan endCheck, log *slog.Logger) bool {
+	m.t.env.noteTaskErr(m.t.p, err)
+	delay := backoff(failures)
+	switch {
+	case errors.Is(err, errRepartitioning):
+		delay = 100 * time.Millisecond
+	case errors.Is(err, errNotReadPast):
+		delay = crossTaskRetry.Delay(failures)
+		if failures == crossTaskWarnAfter {
+			log.Warn("notifications of other tasks' symbols wait for those tasks' markets; retrying, this task's market goes on", "err", err)
+		}
+	default:
+		log.Warn("cannot look prices up; retrying", "err", err)
+	}
+	return m.readMarketFor(ctx, delay, mCh, nCh, ends)
+}
+
+// awaitInput waits for more input, or decides that the side the merge
+// waits for is at its end (asking for its end offset in a goroutine owned
+// by wg, stopped by fctx), or that the wait expired (MaxTaskIdle). It
+// returns false when ctx is done.
+func (m *merger) awaitInput(ctx, fctx context.Context, wg *sync.WaitGroup, mCh, nCh <-chan fetched, ends chan endCheck, log *slog.Logger) bool {
+	idle := time.Duration(-1)
+	graceWake := false // the timeout is the head's grace, not MaxTaskIdle
+	if (len(m.mbuf) == 0) != (len(m.nbuf) == 0) {
+		if m.otherSideFetchedToEnd() {
+			m.force = true
+			return true
+		}
+		due := m.graceDue() // notifications younger than the grace: no end check yet
+		if !m.checked && due.IsZero() {
+			// Ask for the other side's end without holding up the
+			// merge: its answer is taken below if the wait is still
+			// the same.
+			m.checked = true
+			m.checkEndAsync(fctx, wg, ends)
+		}
+		if m.waitStart.IsZero() {
+			m.waitStart = time.Now()
+		}
+		idle = m.t.env.limits.MaxTaskIdle - time.Since(m.waitStart)
+		if !due.IsZero() {
+			// Wake up when the head is due, to check the end then;
+			// the wait for the market to pass it goes on.
+			if d := time.Until(due); d < idle {
+				idle, graceWake = d, true
+			}
+		} else if idle <= 0 {
+			m.idleExpired(ctx, mCh, nCh, log)
+			return true
+		}
+	}
+	var (
+		timeout <-chan time.Time
+		timer   *time.Timer
+	)
+	if idle >= 0 {
+		timer = time.NewTimer(idle)
+		timeout = timer.C
+		defer timer.Stop()
+	}
+	mIn, nIn := mCh, nCh
+	if len(m.mbuf) >= mergeBufferRecords {
+		mIn = nil
+	}
+	if len(m.nbuf) >= mergeBufferRecords {
+		nIn = nil
+	}
+	// A batch for the side being waited for ends the wait; one for the
+	// other side does not restart it.
+	select {
+	case f := <-mIn:
+		m.takeMarket(f)
+	case f := <-nIn:
+		m.takeNotifications(f)
+	case e := <-ends:
+		m.takeEndCheck(e)
+	case <-timeout:
+		if !graceWake {
+			m.idleExpired(ctx, mCh, nCh, log)
+		}
+	case <-ctx.Done():
+	}
+	return ctx.Err() == nil
 }
 
 // A batch that failed because another task's market was not read past
@@ -347,7 +357,7 @@ type merger struct {
 // newMerger is the merger of process task t over its state st.
 func newMerger(t *processTask, st *stateTask) merger {
 	m := merger{t: t, st: st, mNext: st.resumeAt, nNext: -1}
-	m.grace = max(t.w.cfg.Grace.Milliseconds(), 0)
+	m.grace = max(t.env.limits.Grace.Milliseconds(), 0)
 	return m
 }
 
@@ -464,17 +474,17 @@ func (e endCheck) atEnd(m *merger) bool {
 // checkEndAsync reads the end offset of the side with nothing buffered in
 // a goroutine owned by wg and sends the answer to ends.
 func (m *merger) checkEndAsync(ctx context.Context, wg *sync.WaitGroup, ends chan<- endCheck) {
-	w := m.t.w
+	w := m.t.env
 	e := endCheck{wait: m.wait, market: len(m.mbuf) == 0, coverN: m.nHwm}
-	topic := w.cfg.Topics.Notifications
+	topic := w.topics.Notifications
 	if e.market {
-		topic = w.cfg.Topics.Market
+		topic = w.topics.Market
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		e.sent = time.Now()
-		e.end, e.err = listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
+		e.end, e.err = listOffset(ctx, w.client, topic, m.t.p, kafka.LastOffset)
 		if e.err != nil && ctx.Err() == nil {
 			w.metrics.FetchErrors.Inc() // the wait goes on; MaxTaskIdle still bounds it
 		}
@@ -503,7 +513,7 @@ type headFetch struct {
 // so the restores are not slowed by a prefetch; if it or the check fails,
 // the merge fetches and asks as usual.
 func (t *processTask) headStart(ctx context.Context, wg *sync.WaitGroup, nr *partitionReader) <-chan headFetch {
-	w := t.w
+	w := t.env
 	out := make(chan headFetch, 1)
 	wg.Add(1)
 	go func() {
@@ -520,7 +530,7 @@ func (t *processTask) headStart(ctx context.Context, wg *sync.WaitGroup, nr *par
 		}
 		h.f.recs, h.f.next, h.f.hwm, h.fetched = recs, nr.next, nr.hwm, true
 		h.e = endCheck{market: true, coverN: h.f.hwm, sent: time.Now()}
-		h.e.end, h.e.err = listOffset(ctx, w.cfg.Client, w.cfg.Topics.Market, t.p, kafka.LastOffset)
+		h.e.end, h.e.err = listOffset(ctx, w.client, w.topics.Market, t.p, kafka.LastOffset)
 		if h.e.err != nil && ctx.Err() == nil {
 			w.metrics.FetchErrors.Inc() // the merge asks again
 		}
@@ -641,12 +651,12 @@ func (m *merger) idleExpired(ctx context.Context, mCh, nCh <-chan fetched, log *
 // otherSideAtEnd reports whether the side with nothing buffered has been
 // read to the end offset it has now.
 func (m *merger) otherSideAtEnd(ctx context.Context) bool {
-	w := m.t.w
-	topic, next := w.cfg.Topics.Market, m.mNext
+	w := m.t.env
+	topic, next := w.topics.Market, m.mNext
 	if len(m.nbuf) == 0 {
-		topic, next = w.cfg.Topics.Notifications, m.nNext
+		topic, next = w.topics.Notifications, m.nNext
 	}
-	end, err := listOffset(ctx, w.cfg.Client, topic, m.t.p, kafka.LastOffset)
+	end, err := listOffset(ctx, w.client, topic, m.t.p, kafka.LastOffset)
 	if err != nil {
 		w.metrics.FetchErrors.Inc()
 		return false // wait; MaxTaskIdle still bounds it
@@ -661,76 +671,13 @@ func (m *merger) otherSideAtEnd(ctx context.Context) bool {
 // chunk is joined (without an outbox: written and acknowledged before the
 // pass goes on).
 func (m *merger) pass(ctx context.Context) error {
-	t := m.t
 	var (
-		alerts  *encoded // the chunk's
-		dead    []deadLetter
-		acked   int64 = -1
-		ackedTs int64 = -1
+		c passChunk
 		// joinedCleared: notifications cleared by nCleared were joined;
 		// the ones left start a new wait.
 		joinedCleared bool
 	)
-	flush := func() error {
-		if acked < 0 {
-			return nil
-		}
-		c := chunk{alerts: alerts, dead: dead, next: acked, ts: ackedTs}
-		alerts, dead, acked = nil, nil, -1
-		m.chunks++
-		if m.out == nil {
-			if err := t.flush(ctx, nil, []*encoded{c.alerts}, c.dead); err != nil {
-				return err
-			}
-			t.ack(c.next, c.ts)
-			return nil
-		}
-		// The chunk stays in flight for the rebalance gate until the
-		// outbox has it acknowledged.
-		t.gate.hold()
-		select {
-		case m.out <- c:
-			return nil
-		case <-ctx.Done():
-			t.gate.leave()
-			return ctx.Err()
-		}
-	}
-	join := func(recs []fetchedRecord) error {
-		if alerts == nil {
-			alerts = m.newEncoded()
-		}
-		bad, err := t.joinInto(ctx, alerts, recs)
-		if errors.Is(err, errLookup) {
-			if ferr := flush(); ferr != nil {
-				return ferr
-			}
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		dead = append(dead, bad...)
-		acked = recs[len(recs)-1].Offset + 1
-		ackedTs = max(ackedTs, maxTs(recs))
-		m.nbuf = m.nbuf[len(recs):]
-		// The joins between two ticks are often a handful of
-		// notifications: they go out together, one chunk per pass or
-		// per mergeChunk, not one write per run between ticks.
-		if alerts.len()+len(dead) >= m.chunkLimit() {
-			return flush()
-		}
-		return nil
-	}
-	apply := func(recs []fetchedRecord) error {
-		ticks, err := m.st.applyTicks(ctx, recs, m.st.dlqFrom)
-		if err != nil {
-			return err
-		}
-		t.applied(ticks)
-		m.mbuf = m.mbuf[len(recs):]
-		return nil
-	}
+	c.acked, c.ackedTs = -1, -1
 	for {
 		var err error
 		switch {
@@ -739,18 +686,18 @@ func (m *merger) pass(ctx context.Context) error {
 			// its time plus the grace.
 			head := m.nbuf[0].Time.UnixMilli() + m.grace
 			if k := prefix(m.mbuf, func(ts int64) bool { return ts <= head }); k > 0 {
-				err = apply(m.mbuf[:k])
+				err = m.apply(ctx, m.mbuf[:k])
 			} else {
 				tick := m.mbuf[0].Time.UnixMilli() - m.grace
-				err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < tick })])
+				err = m.join(ctx, &c, m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < tick })])
 			}
 		case len(m.nbuf) > 0 && m.nbuf[0].Time.UnixMilli() < m.mAheadTs-m.grace:
 			// The market was read past these (and the grace) while a
 			// lookup waited.
 			ahead := m.mAheadTs - m.grace
-			err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < ahead })])
+			err = m.join(ctx, &c, m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return ts < ahead })])
 		case len(m.nbuf) > 0 && m.force && m.confirmed(m.nbuf[0].Time.UnixMilli(), m.forceBefore):
-			err = join(m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return m.confirmed(ts, m.forceBefore) })])
+			err = m.join(ctx, &c, m.nbuf[:prefix(m.nbuf[:min(len(m.nbuf), m.chunkLimit())], func(ts int64) bool { return m.confirmed(ts, m.forceBefore) })])
 		case len(m.nbuf) > 0 && m.nbuf[0].Offset < m.nCleared && m.confirmed(m.nbuf[0].Time.UnixMilli(), m.clearedBefore):
 			// The market was at its end after these were appended (and,
 			// with a grace, at least the grace after their time).
@@ -762,21 +709,99 @@ func (m *merger) pass(ctx context.Context) error {
 				}
 			}
 			joinedCleared = true
-			err = join(cleared)
+			err = m.join(ctx, &c, cleared)
 		case len(m.mbuf) > 0 && m.force:
-			err = apply(m.mbuf)
+			err = m.apply(ctx, m.mbuf)
 		default:
 			// Forced or not, the side that went ahead is drained.
 			if m.force || joinedCleared || (len(m.mbuf) == 0 && len(m.nbuf) == 0) {
 				m.force = false
 				m.progressed()
 			}
-			return flush()
+			return m.flush(ctx, &c)
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// passChunk is the chunk a pass is joining: its alerts and dead letters,
+// and the offset after its last notification (-1: none yet) with the
+// newest timestamp in it.
+type passChunk struct {
+	alerts         *encoded
+	dead           []deadLetter
+	acked, ackedTs int64
+}
+
+// flush hands chunk c to the outbox (without one: writes and acknowledges
+// it) and starts the next.
+func (m *merger) flush(ctx context.Context, c *passChunk) error {
+	t := m.t
+	if c.acked < 0 {
+		return nil
+	}
+	out := chunk{alerts: c.alerts, dead: c.dead, next: c.acked, ts: c.ackedTs}
+	c.alerts, c.dead, c.acked = nil, nil, -1
+	m.chunks++
+	if m.out == nil {
+		if err := t.flush(ctx, nil, []*encoded{out.alerts}, out.dead); err != nil {
+			return err
+		}
+		t.ack(out.next, out.ts)
+		return nil
+	}
+	// The chunk stays in flight for the rebalance gate until the
+	// outbox has it acknowledged.
+	t.gate.hold()
+	select {
+	case m.out <- out:
+		return nil
+	case <-ctx.Done():
+		t.gate.leave()
+		return ctx.Err()
+	}
+}
+
+// join joins the notifications recs, the head of nbuf, into chunk c; on
+// a failed lookup, what c holds is flushed first.
+func (m *merger) join(ctx context.Context, c *passChunk, recs []fetchedRecord) error {
+	if c.alerts == nil {
+		c.alerts = m.newEncoded()
+	}
+	bad, err := m.t.joinInto(ctx, c.alerts, recs)
+	if errors.Is(err, errLookup) {
+		if ferr := m.flush(ctx, c); ferr != nil {
+			return ferr
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	c.dead = append(c.dead, bad...)
+	c.acked = recs[len(recs)-1].Offset + 1
+	c.ackedTs = max(c.ackedTs, maxTs(recs))
+	m.nbuf = m.nbuf[len(recs):]
+	// The joins between two ticks are often a handful of
+	// notifications: they go out together, one chunk per pass or
+	// per mergeChunk, not one write per run between ticks.
+	if c.alerts.len()+len(c.dead) >= m.chunkLimit() {
+		return m.flush(ctx, c)
+	}
+	return nil
+}
+
+// apply applies the ticks recs, the head of mbuf, to the store.
+func (m *merger) apply(ctx context.Context, recs []fetchedRecord) error {
+	ticks, err := m.st.applyTicks(ctx, recs, m.st.dlqFrom)
+	if err != nil {
+		return err
+	}
+	m.t.applied(ticks)
+	m.mbuf = m.mbuf[len(recs):]
+	return nil
 }
 
 // prefix is the length of the longest prefix of recs whose timestamps

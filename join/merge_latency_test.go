@@ -125,7 +125,7 @@ func (f *orderedFetcher) ListOffsets(ctx context.Context, req *kafka.ListOffsets
 func TestHeadStartAsksTheMarketsEndAfterTheFirstFetch(t *testing.T) {
 	w, pt, _ := newTestWorker(t)
 	f := &orderedFetcher{fakeFetcher: newFakeFetcher()}
-	w.cfg.Client = f
+	w.client = f
 	for i := range 3 {
 		f.produce("notifications", 0, int64(2000+i), "BBCA", noteJSON(fmt.Sprint("n", i), "BBCA"))
 	}

@@ -32,7 +32,7 @@ func newTestWorker(t testing.TB) (*Processor, *processTask, *kafka.Client) {
 	close(st.restored)
 	w.assignment = group.Assignment{Partitions: 1}
 	w.states[0] = st
-	return w, newProcessTask(w, 0, st), client
+	return w, newProcessTask(&w.taskEnv, 0, st), client
 }
 
 // recAt is the record at offset of value at ms, keyed by value's symbol
@@ -145,7 +145,7 @@ func TestMergePassHoldsTicksForOlderNotifications(t *testing.T) {
 // idle time: the wait for the other side resumes where it was.
 func TestMergeIdleClockStopsAtTheGate(t *testing.T) {
 	w, pt, _ := newTestWorker(t)
-	w.cfg.MaxTaskIdle = 100 * time.Millisecond
+	w.limits.MaxTaskIdle = 100 * time.Millisecond
 	m := merger{t: pt, st: pt.st, waitStart: time.Now()}
 	pt.gate.close(context.Background())
 	go func() {
@@ -172,7 +172,7 @@ func TestMergeForceTakesFetchedBatchesFirst(t *testing.T) {
 	}
 	mCh, nCh := make(chan fetched, 1), make(chan fetched, 1)
 	mCh <- fetched{recs: []fetchedRecord{recAt(0, 1500, `{"symbol":"BBCA","price":7}`)}, next: 1}
-	log := pt.w.log
+	log := pt.env.log
 	m.idleExpired(context.Background(), mCh, nCh, log)
 	if m.force || len(m.mbuf) != 1 {
 		t.Fatalf("forced with a fetched tick waiting: force %v, %d ticks buffered", m.force, len(m.mbuf))
@@ -261,7 +261,7 @@ func TestMergeNeverForcesNotificationsPastTheMarket(t *testing.T) {
 // it go ahead; one confirmed later does.
 func TestMergePassWaitsForTheGrace(t *testing.T) {
 	w, pt, client := newTestWorker(t)
-	w.cfg.Grace = 500 * time.Millisecond
+	w.limits.Grace = 500 * time.Millisecond
 	tick := func(off int64, ms int, price float64) fetchedRecord {
 		return recAt(off, ms, fmt.Sprintf(`{"symbol":"BBCA","price":%v}`, price))
 	}

@@ -70,6 +70,9 @@ const (
 var RestoreReasons = []string{ReasonMove, ReasonFailover, ReasonStandby, ReasonWarmup}
 
 // NewMetrics registers the worker metrics on reg.
+//
+// It is table-like: one definition per metric, so it is the one function
+// of join allowed over 100 lines (docs/architecture.md, "A metric").
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{

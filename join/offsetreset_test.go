@@ -30,7 +30,8 @@ func TestOffsetOutOfRangeIsCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	w := &Processor{cfg: Config{Client: client, Topics: record.Topics{}.WithDefaults()}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	w := &Processor{cfg: Config{Client: client, Topics: record.Topics{}.WithDefaults()}}
+	w.log = slog.New(slog.NewTextHandler(&logs, nil))
 	reg := prometheus.NewRegistry()
 	w.registerOffsetResets(reg)
 	defer w.forgetOffsetResets()

@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
@@ -161,7 +163,7 @@ func (e *encoded) reset() {
 
 // writeOut writes alerts and dead letters and waits for Kafka to
 // acknowledge them, retrying until it does or ctx is done.
-func (w *Processor) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
+func (w *taskEnv) writeOut(ctx context.Context, alerts []record.Alert, dead []deadLetter) error {
 	var e encoded
 	e.addAll(w.alerts, alerts)
 	_, err := w.writeOutWith(ctx, nil, -1, []*encoded{&e}, dead)
@@ -209,8 +211,8 @@ const (
 const DefaultMaxMessageBytes = 1 << 20
 
 // maxMessageBytes is topic's max.message.bytes (Config.MaxMessageBytes).
-func (w *Processor) maxMessageBytes(topic string) int {
-	if n := w.cfg.MaxMessageBytes[topic]; n > 0 {
+func (w *taskEnv) maxMessageBytes(topic string) int {
+	if n := w.maxBytes[topic]; n > 0 {
 		return n
 	}
 	return DefaultMaxMessageBytes
@@ -238,42 +240,74 @@ const minTruncated = 256
 // are retried with backoff until ctx is done; an error no retry fixes
 // (produce.ConfigError: authorization, a missing topic) also makes
 // /readyz fail and logs an ERROR until a write succeeds.
-func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, batches []*encoded, dead []deadLetter) (int, error) {
+func (w *taskEnv) writeOutWith(ctx context.Context, s *outScratch, task int, batches []*encoded, dead []deadLetter) (int, error) {
 	if s == nil {
 		s = &outScratch{}
 	}
-	msgs, notes := s.msgs[:0], s.notes[:0]
+	o := outWrite{w: w, msgs: s.msgs[:0], notes: s.notes[:0], task: task, dead: len(dead), onErr: s.onErr}
 	defer func() {
-		clear(msgs) // no stale references to batches and dead letters
-		clear(notes)
-		s.msgs, s.notes = msgs[:0], notes[:0]
+		clear(o.msgs) // no stale references to batches and dead letters
+		clear(o.notes)
+		s.msgs, s.notes = o.msgs[:0], o.notes[:0]
 	}()
-	topic := w.cfg.Topics.Alerts
+	o.addAlerts(batches)
+	o.addDeadLetters(dead)
+	if len(o.msgs) == 0 {
+		return 0, nil
+	}
+	defer func() {
+		if o.blocked {
+			w.unblockOutput()
+		}
+	}()
+	if err := o.send(ctx, batches, o.refuseTooLarge(batches)); err != nil {
+		return 0, err
+	}
+	return o.report(), nil
+}
+
+// outWrite is one writeOutWith: its messages, the alerts first, and what
+// it knows of them. (Its methods are handed the batches of alerts rather
+// than holding them: held, they would escape to the heap.)
+type outWrite struct {
+	w     *taskEnv
+	msgs  []kafka.Message
+	notes []outNote // none, or one per message once one needs it
+	// alerts is how many of msgs are alerts, those of the batches, of
+	// task; dead how many dead letters were given.
+	alerts, dead int
+	task         int
+	onErr        func(error)
+	// blocked: this write counts in w.outBlocked.
+	blocked bool
+}
+
+// addAlerts adds the alerts of batches to o.msgs.
+func (o *outWrite) addAlerts(batches []*encoded) {
+	topic := o.w.topics.Alerts
 	for _, e := range batches {
-		msgs = slices.Grow(msgs, len(e.spans))
+		o.msgs = slices.Grow(o.msgs, len(e.spans))
 		h := e.headers
 		for i, sp := range e.spans {
 			m := kafka.Message{Topic: topic, Key: e.buf[sp.k:sp.v:sp.v], Value: e.buf[sp.v:sp.e:sp.e]}
 			if len(h) > 0 && h[0].i == i {
 				m.Headers, h = h[0].h, h[1:]
 			}
-			msgs = append(msgs, m)
+			o.msgs = append(o.msgs, m)
 		}
 	}
-	alerts := len(msgs)
-	// needNotes gives every message its note, once one needs it.
-	needNotes := func() {
-		if len(notes) < len(msgs) {
-			notes = slices.Grow(notes, len(msgs))[:len(msgs)]
-		}
-	}
+	o.alerts = len(o.msgs)
+}
+
+// addDeadLetters adds dead to o.msgs, each with its note.
+func (o *outWrite) addDeadLetters(dead []deadLetter) {
 	if len(dead) > 0 {
-		notes = slices.Grow(notes, len(msgs)+len(dead))[:len(msgs)]
+		o.notes = slices.Grow(o.notes, len(o.msgs)+len(dead))[:len(o.msgs)]
 	}
 	for _, d := range dead {
 		source := fmt.Sprintf("%s/%d/%d", d.topic, d.partition, d.rec.Offset)
-		msgs = append(msgs, kafka.Message{
-			Topic: w.cfg.Topics.DeadLetter,
+		o.msgs = append(o.msgs, kafka.Message{
+			Topic: o.w.topics.DeadLetter,
 			Key:   d.rec.Key,
 			Value: d.rec.Value,
 			Time:  d.rec.Time,
@@ -284,106 +318,135 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 				kafka.Header{Key: headerSource, Value: []byte(source)},
 			),
 		})
-		notes = append(notes, outNote{reason: d.reason, topic: d.topic, source: source, err: d.err})
+		o.notes = append(o.notes, outNote{reason: d.reason, topic: d.topic, source: source, err: d.err})
 	}
-	if len(msgs) == 0 {
-		return 0, nil
+}
+
+// needNotes gives every message its note, once one needs it.
+func (o *outWrite) needNotes() {
+	if len(o.notes) < len(o.msgs) {
+		o.notes = slices.Grow(o.notes, len(o.msgs))[:len(o.msgs)]
 	}
-	// What the next write sends: msgs, or (after a refusal) the messages
-	// of msgs at the indexes in at.
-	send, at := msgs, []int(nil)
+}
+
+// refuseTooLarge changes the messages larger than their topic's
+// max.message.bytes (refuse) before anything is sent. It returns the
+// indexes of the messages to send when some are dropped, else nil (all).
+func (o *outWrite) refuseTooLarge(batches []*encoded) []int {
+	alertLimit, deadLimit := o.w.maxMessageBytes(o.w.topics.Alerts), o.w.maxMessageBytes(o.w.topics.DeadLetter)
 	dropped := false
-	blocked := false // this write counts in w.outBlocked
-	defer func() {
-		if blocked {
-			w.unblockOutput()
-		}
-	}()
-	alertLimit, deadLimit := w.maxMessageBytes(topic), w.maxMessageBytes(w.cfg.Topics.DeadLetter)
-	for i := range msgs {
+	for i := range o.msgs {
 		limit := alertLimit
-		if i >= alerts {
+		if i >= o.alerts {
 			limit = deadLimit
 		}
-		if produce.RecordBatchBytes(&msgs[i]) > limit {
-			needNotes()
-			dropped = !w.refuse(msgs, notes, i, alerts, task, batches, nil) || dropped
+		if produce.RecordBatchBytes(&o.msgs[i]) > limit {
+			o.needNotes()
+			dropped = !o.w.refuse(o.msgs, o.notes, i, o.alerts, o.task, batches, nil) || dropped
 		}
 	}
-	if dropped {
-		at = []int{}
-		for i := range notes {
-			if !notes[i].dropped {
-				at = append(at, i)
-			}
+	if !dropped {
+		return nil
+	}
+	at := []int{}
+	for i := range o.notes {
+		if !o.notes[i].dropped {
+			at = append(at, i)
 		}
+	}
+	return at
+}
+
+// send writes the messages (at: those at these indexes; nil: all) and
+// waits for Kafka to acknowledge them. The ones the broker refuses are
+// sent again changed (refuse), or not at all, at once; other failures
+// are retried with backoff until ctx is done.
+func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error {
+	send := o.msgs
+	if at != nil {
 		send = nil
+		if len(at) == 0 {
+			return nil // every message was dropped
+		}
 	}
-	for attempt := 0; len(send) > 0 || len(at) > 0; {
-		if at != nil {
-			send = send[:0]
-			for _, i := range at {
-				send = append(send, msgs[i])
+	return retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+		o.failed(err)
+		return nil
+	}, func(ctx context.Context) error {
+		for len(send) > 0 || len(at) > 0 {
+			if at != nil {
+				send = send[:0]
+				for _, i := range at {
+					send = append(send, o.msgs[i])
+				}
 			}
-		}
-		err := w.cfg.Writer.WriteMessages(ctx, send...)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		var rej *produce.RejectedError
-		if errors.As(err, &rej) {
+			err := o.w.writer.WriteMessages(ctx, send...)
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return retry.Permanent(ctx.Err())
+			}
+			var rej *produce.RejectedError
+			if !errors.As(err, &rej) {
+				if o.w.txnFailed(err) { // exactly-once: not retried, the transaction aborts (txn.go)
+					return retry.Permanent(err)
+				}
+				return err
+			}
 			// Every other message was written: send the refused ones
 			// again, changed, or not at all.
 			var again []int
-			needNotes()
+			o.needNotes()
 			for _, r := range rej.Rejected {
 				i := r.Index
 				if at != nil {
 					i = at[i]
 				}
-				if w.refuse(msgs, notes, i, alerts, task, batches, r.Err) {
+				if o.w.refuse(o.msgs, o.notes, i, o.alerts, o.task, batches, r.Err) {
 					again = append(again, i)
 				}
 			}
 			if len(again) == 0 {
-				break
+				return nil
 			}
 			if at == nil {
 				send = nil // msgs itself: not to be overwritten
 			}
 			at = again
-			continue
 		}
-		w.metrics.ProduceErrors.Inc()
-		if w.txnFailed(err) { // exactly-once: not retried, the transaction aborts (txn.go)
-			return 0, err
-		}
-		if s.onErr != nil {
-			s.onErr(fmt.Errorf("writing %d alerts and %d dead letters: %w", alerts, len(dead), err))
-		}
-		if produce.ConfigError(err) {
-			w.blockOutput(err, !blocked)
-			blocked = true
-			w.outLog.Error("output:config", "writing alerts or dead letters fails with an error no retry fixes; this task holds until the cluster or the worker's configuration is fixed (/readyz fails meanwhile)",
-				"alerts", alerts, "dead_letters", len(dead), "err", err)
-		} else {
-			w.log.Warn("writing alerts failed; retrying the batch", "alerts", alerts, "dead_letters", len(dead), "err", err)
-		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return 0, err
-		}
-		attempt++
+		return nil
+	})
+}
+
+// failed counts and logs a failed write, to be retried.
+func (o *outWrite) failed(err error) {
+	w := o.w
+	w.metrics.ProduceErrors.Inc()
+	if o.onErr != nil {
+		o.onErr(fmt.Errorf("writing %d alerts and %d dead letters: %w", o.alerts, o.dead, err))
 	}
+	if produce.ConfigError(err) {
+		w.blockOutput(err, !o.blocked)
+		o.blocked = true
+		w.outLog.Error("output:config", "writing alerts or dead letters fails with an error no retry fixes; this task holds until the cluster or the worker's configuration is fixed (/readyz fails meanwhile)",
+			"alerts", o.alerts, "dead_letters", o.dead, "err", err)
+	} else {
+		w.log.Warn("writing alerts failed; retrying the batch", "alerts", o.alerts, "dead_letters", o.dead, "err", err)
+	}
+}
+
+// report counts and logs the dead letters written and dropped, and
+// returns how many alerts were dead-lettered instead.
+func (o *outWrite) report() int {
+	w := o.w
 	rerouted := 0
-	for i := range notes {
-		n := &notes[i]
-		if i < alerts && n.reason == "" {
+	for i := range o.notes {
+		n := &o.notes[i]
+		if i < o.alerts && n.reason == "" {
 			continue // an alert
 		}
-		if i < alerts {
+		if i < o.alerts {
 			rerouted++
 		}
 		if n.dropped {
@@ -399,19 +462,19 @@ func (w *Processor) writeOutWith(ctx context.Context, s *outScratch, task int, b
 		w.outLog.Warn(n.reason+"/"+n.topic, "dead-lettered records (one line per reason and topic per interval, with the count suppressed since the last; joiner_dead_letters_total counts each)",
 			"topic", n.topic, "source", n.source, "reason", n.reason, "err", n.err, "truncated", n.truncated)
 	}
-	return rerouted, nil
+	return rerouted
 }
 
 // refuse changes message i of msgs, which its topic cannot take (cause,
 // from the broker; nil: larger than its max.message.bytes), into what is
 // written instead, and reports whether there is one (else it is dropped).
 // The first alerts of msgs are the alerts of batches, of task.
-func (w *Processor) refuse(msgs []kafka.Message, notes []outNote, i, alerts, task int, batches []*encoded, cause error) bool {
+func (w *taskEnv) refuse(msgs []kafka.Message, notes []outNote, i, alerts, task int, batches []*encoded, cause error) bool {
 	m, n := &msgs[i], &notes[i]
 	tooLarge := cause == nil || errors.Is(cause, kafka.MessageSizeTooLarge) || errors.Is(cause, kafka.RecordListTooLarge)
 	if i < alerts && n.reason == "" {
 		// An alert: dead-letter it, with the notification it is of.
-		n.reason, n.topic = record.ReasonAlertTooLarge, w.cfg.Topics.Notifications
+		n.reason, n.topic = record.ReasonAlertTooLarge, w.topics.Notifications
 		if cause == nil {
 			n.err = fmt.Sprintf("the alert of %d bytes is larger than the max.message.bytes of %s (%d)", len(m.Value), m.Topic, w.maxMessageBytes(m.Topic))
 		} else {
@@ -422,7 +485,7 @@ func (w *Processor) refuse(msgs []kafka.Message, notes []outNote, i, alerts, tas
 		}
 		n.source = fmt.Sprintf("%s/%d/%d", n.topic, task, alertOffset(batches, i))
 		*m = kafka.Message{
-			Topic: w.cfg.Topics.DeadLetter,
+			Topic: w.topics.DeadLetter,
 			Key:   m.Key,
 			Value: m.Value,
 			// The alert's headers (its notification's), then the reasons.
@@ -499,7 +562,7 @@ func alertOffset(batches []*encoded, i int) int64 {
 // blocked before. Each write blocked counts until it ends
 // (unblockOutput), so one task's write that succeeds does not hide
 // another's that cannot.
-func (w *Processor) blockOutput(err error, first bool) {
+func (w *taskEnv) blockOutput(err error, first bool) {
 	why := "writing alerts or dead letters fails: " + err.Error()
 	w.outMu.Lock()
 	defer w.outMu.Unlock()
@@ -511,7 +574,7 @@ func (w *Processor) blockOutput(err error, first bool) {
 }
 
 // unblockOutput ends a blocked write (blockOutput).
-func (w *Processor) unblockOutput() {
+func (w *taskEnv) unblockOutput() {
 	w.outMu.Lock()
 	defer w.outMu.Unlock()
 	if w.outBlocked--; w.outBlocked == 0 {
@@ -521,7 +584,7 @@ func (w *Processor) unblockOutput() {
 }
 
 // outputFault is why writes are blocked, "" when none is.
-func (w *Processor) outputFault() string {
+func (w *taskEnv) outputFault() string {
 	w.outMu.Lock()
 	defer w.outMu.Unlock()
 	return w.outFault
@@ -533,7 +596,7 @@ func (w *Processor) outputFault() string {
 // session waits here until its next heartbeat says whether it still holds
 // the task (the task's context ends when it does not).
 func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encoded, dead []deadLetter) error {
-	w := t.w
+	w := t.env
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
@@ -617,7 +680,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup, free 
 	wg.Add(1)
 	go func() {
 		var (
-			scratch = outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}
+			scratch = outScratch{onErr: func(err error) { t.env.noteTaskErr(t.p, err) }}
 			batches []*encoded
 			dead    []deadLetter
 		)

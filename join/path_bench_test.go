@@ -48,11 +48,11 @@ func benchmarkJoinPath(b *testing.B, mode string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := newStateTask(w, 0, store, true)
+	st := newStateTask(&w.taskEnv, 0, store, true)
 	close(st.restored)
 	w.assignment = group.Assignment{Partitions: 1}
 	w.states[0] = st
-	t := newProcessTask(w, 0, st)
+	t := newProcessTask(&w.taskEnv, 0, st)
 
 	const symbols, versions = 1000, 10
 	var ticks []statestore.Tick

@@ -18,8 +18,8 @@ import (
 // its partition reader; acked is the next offset whose alert has not been
 // acknowledged, read by the committer.
 type processTask struct {
-	w *Processor
-	p int
+	env *taskEnv
+	p   int
 	// st is the task's own state when this member holds it too; then the
 	// task reads both partitions merged (runMerged).
 	st      *stateTask
@@ -118,8 +118,8 @@ func (t *processTask) applied(ticks []statestore.Tick) {
 	}
 }
 
-func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
-	t := &processTask{w: w, p: p, st: st, stopped: make(chan struct{}), gate: newGate()}
+func newProcessTask(env *taskEnv, p int, st *stateTask) *processTask {
+	t := &processTask{env: env, p: p, st: st, stopped: make(chan struct{}), gate: newGate()}
 	t.acked.Store(-1)
 	t.ackedTs.Store(-1)
 	t.prog.start.Store(-1)
@@ -132,14 +132,14 @@ func newProcessTask(w *Processor, p int, st *stateTask) *processTask {
 func (t *processTask) ack(next, tsMs int64) {
 	t.ackedTs.Store(max(t.ackedTs.Load(), tsMs))
 	t.acked.Store(next)
-	t.w.txnRelease(t) // exactly-once: the write and its ack are in one transaction
+	t.env.txnRelease(t) // exactly-once: the write and its ack are in one transaction
 }
 
 func (t *processTask) run(ctx context.Context) {
 	defer close(t.stopped)
-	w := t.w
-	log := w.log.With("task", t.p, "topic", w.cfg.Topics.Notifications)
-	start, err := w.committedOffset(ctx, w.cfg.Topics.Notifications, t.p)
+	w := t.env
+	log := w.log.With("task", t.p, "topic", w.topics.Notifications)
+	start, err := w.committedOffset(ctx, w.topics.Notifications, t.p)
 	if err != nil {
 		return
 	}
@@ -155,7 +155,7 @@ func (t *processTask) run(ctx context.Context) {
 			cancel()
 			wg.Wait()
 		}()
-		nr := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
+		nr := newPartitionReader(w.client, w.topics.Notifications, t.p, start, w.limits.FetchMaxWait)
 		head := t.headStart(fctx, &wg, nr)
 		select {
 		case <-t.st.restored:
@@ -171,7 +171,7 @@ func (t *processTask) run(ctx context.Context) {
 	}
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
 	t.prog.begin(start)
-	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Notifications, t.p, start, w.cfg.FetchMaxWait)
+	r := newPartitionReader(w.client, w.topics.Notifications, t.p, start, w.limits.FetchMaxWait)
 	lookupFailures := 0
 	for attempt := 0; ctx.Err() == nil; {
 		recs, err := r.fetch(ctx)
@@ -181,7 +181,7 @@ func (t *processTask) run(ctx context.Context) {
 			}
 			log.Warn("fetch failed; retrying", "err", err)
 			w.metrics.FetchErrors.Inc()
-			w.noteTaskErr(t.p, fmt.Errorf("fetching %s-%d: %w", w.cfg.Topics.Notifications, t.p, err))
+			w.noteTaskErr(t.p, fmt.Errorf("fetching %s-%d: %w", w.topics.Notifications, t.p, err))
 			_ = sleep(ctx, backoff(attempt))
 			attempt++
 			continue
@@ -233,7 +233,7 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 	if err != nil {
 		return err
 	}
-	return t.flush(ctx, &outScratch{onErr: func(err error) { t.w.noteTaskErr(t.p, err) }}, []*encoded{&e}, dead)
+	return t.flush(ctx, &outScratch{onErr: func(err error) { t.env.noteTaskErr(t.p, err) }}, []*encoded{&e}, dead)
 }
 
 // joinInto decodes recs, joins each notification with its price as of its
@@ -247,31 +247,26 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 // after them; a symbol's alerts stay in order, since all of one symbol
 // are of one kind.
 func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRecord) ([]deadLetter, error) {
-	w := t.w
-	parts, past := w.mapping()
-	if w.repartitioning(parts) {
+	w := t.env
+	parts, past := w.peers.mapping()
+	if w.peers.repartitioning(parts) {
 		return nil, fmt.Errorf("%w: %w", errLookup, errRepartitioning)
 	}
-	w.metrics.Records.WithLabelValues(w.cfg.Topics.Notifications).Add(float64(len(recs)))
+	w.metrics.Records.WithLabelValues(w.topics.Notifications).Add(float64(len(recs)))
 	mark := e.mark()
-	e.grow(recs, len(w.cfg.InstanceID))
+	e.grow(recs, len(w.instanceID))
 	if parts != t.latestParts {
 		clear(t.latest) // its symbols were this task's with the old count
 		t.latestParts = parts
 	}
 	var (
 		dead   []deadLetter
-		others []record.Alert
-		notes  []record.NotificationValue // of others
-		heads  [][]kafka.Header           // of others
-		tasks  []int
-		extras [][]int // per other: more tasks to consult (repartition.go)
+		others otherJoins
 		price  float64
 		// misrouted counts the notifications not in their symbol's
 		// partition.
 		misrouted int
 	)
-	var offs []int64 // of others
 	for _, rec := range recs {
 		e.src = rec.Offset
 		if rawAlerts { // a diagnostic build only (rawalerts_on.go)
@@ -290,7 +285,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			err = record.CheckNotificationKey(rec.Key, n.Symbol)
 		}
 		if err != nil {
-			dead = append(dead, newDeadLetter(w.cfg.Topics.Notifications, t.p, rec, err))
+			dead = append(dead, newDeadLetter(w.topics.Notifications, t.p, rec, err))
 			continue
 		}
 		nTsMs := rec.Time.UnixMilli()
@@ -298,19 +293,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		// other, and no symbol that moved between tasks) newer than its
 		// newest price, whose alert fields are encoded once.
 		c, ok := t.latest[n.Symbol]
-		if ok && c.tick.TimestampMs <= nTsMs {
-			t.st.noteJoined(nTsMs)
-			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.priceFields(), record.ResultLocal)
+		if ok && t.joinLatest(e, c, &n, rec.Headers, nTsMs) {
 			continue
 		}
-		// Between the newest version and the one before, which pruning
-		// keeps while it is newer than the cut.
-		if ok && c.hasPrev && c.prev.TimestampMs <= nTsMs && t.st.keeps(c.prev.TimestampMs) {
-			t.st.noteJoined(nTsMs)
-			e.addPriced(w.alerts, &n, rec.Headers, nTsMs, c.prevPriceFields(), record.ResultLocal)
-			continue
-		}
-		a := record.Alert{Notification: record.Notification{Symbol: n.Symbol}, NotificationTsMs: nTsMs, Worker: w.cfg.InstanceID}
+		a := record.Alert{Notification: record.Notification{Symbol: n.Symbol}, NotificationTsMs: nTsMs, Worker: w.instanceID}
 		q := murmur2.Partition([]byte(n.Symbol), parts)
 		if q != t.p {
 			// Its key was not partitioned with murmur2 by symbol (another
@@ -324,10 +310,7 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 			more = extraTasks(n.Symbol, q, t.p, t.st != nil, past)
 		}
 		if t.st == nil || q != t.p || len(more) > 0 {
-			others, notes, heads = append(others, a), append(notes, n), append(heads, rec.Headers)
-			tasks = append(tasks, q)
-			extras = append(extras, more)
-			offs = append(offs, rec.Offset)
+			others.add(a, n, rec, q, more)
 			continue
 		}
 		if err := w.lookupIn(ctx, &a, &price, t.st, q, a.Symbol, a.NotificationTsMs, true); err != nil {
@@ -339,18 +322,56 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 		}
 		e.addJoined(w.alerts, &n, rec.Headers, &a)
 	}
-	if len(others) > 0 {
-		if err := t.joinAll(ctx, others, tasks, extras); err != nil {
+	if len(others.alerts) > 0 {
+		if err := t.joinAll(ctx, others.alerts, others.tasks, others.extras); err != nil {
 			e.rollback(mark)
 			return nil, err
 		}
-		for i := range others {
-			e.src = offs[i]
-			e.addJoined(w.alerts, &notes[i], heads[i], &others[i])
+		for i := range others.alerts {
+			e.src = others.offs[i]
+			e.addJoined(w.alerts, &others.notes[i], others.heads[i], &others.alerts[i])
 		}
 	}
 	w.metrics.Misrouted.Add(float64(misrouted))
 	return dead, nil
+}
+
+// joinLatest makes the common joins of a merged task from c, its
+// symbol's newest prices: a notification at nTsMs at or after the newest
+// version, or between it and the one before (which pruning keeps while it
+// is newer than the cut). It reports whether it joined the notification.
+func (t *processTask) joinLatest(e *encoded, c *latestPrice, n *record.NotificationValue, headers []kafka.Header, nTsMs int64) bool {
+	var fields []byte
+	switch {
+	case c.tick.TimestampMs <= nTsMs:
+		fields = c.priceFields()
+	case c.hasPrev && c.prev.TimestampMs <= nTsMs && t.st.keeps(c.prev.TimestampMs):
+		fields = c.prevPriceFields()
+	default:
+		return false
+	}
+	t.st.noteJoined(nTsMs)
+	e.addPriced(t.env.alerts, n, headers, nTsMs, fields, record.ResultLocal)
+	return true
+}
+
+// otherJoins are the notifications of a batch joined from other tasks
+// than the batch's own (joinAll), with what their alerts are encoded
+// from once joined.
+type otherJoins struct {
+	alerts []record.Alert
+	notes  []record.NotificationValue
+	heads  [][]kafka.Header
+	offs   []int64
+	tasks  []int   // the task of each alert's symbol
+	extras [][]int // per alert: more tasks to consult (repartition.go)
+}
+
+func (o *otherJoins) add(a record.Alert, n record.NotificationValue, rec fetchedRecord, q int, more []int) {
+	o.alerts, o.notes, o.heads = append(o.alerts, a), append(o.notes, n), append(o.heads, rec.Headers)
+	o.offs = append(o.offs, rec.Offset)
+	o.tasks = append(o.tasks, q)
+	o.extras = append(o.extras, more)
 }
 
 // joinAll looks up the price of each alert's notification as of its
@@ -371,39 +392,10 @@ func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRe
 // retries it later while it reads its own market on. An unmerged task
 // waits up to RemoteTimeout (its own retries of the batch follow).
 func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks []int, extras [][]int) error {
-	w := t.w
+	w := t.env
 	merged := t.st != nil
-	limit := w.cfg.RemoteTimeout
-	if merged {
-		limit = crossTaskWait
-	}
-	var newest map[int]int64
-	wait := func(q int, ts int64) {
-		if t.st == nil || q != t.p {
-			if newest == nil {
-				newest = map[int]int64{}
-			}
-			newest[q] = max(newest[q], ts)
-		}
-	}
-	for i, q := range tasks {
-		wait(q, alerts[i].NotificationTsMs)
-		for _, c := range extras[i] {
-			wait(c, alerts[i].NotificationTsMs)
-		}
-	}
-	for q, ts := range newest {
-		if st := w.stateTask(q); st != nil {
-			if err := st.waitFor(ctx, ts, w.cfg.MaxTaskIdle, limit); err != nil {
-				switch {
-				case ctx.Err() != nil:
-					return ctx.Err()
-				case errors.Is(err, errNotReadPast):
-					return fmt.Errorf("%w: %w", errLookup, err)
-				}
-				// The task stopped here: lookupIn asks its new owner.
-			}
-		}
+	if err := t.waitForTasks(ctx, alerts, tasks, extras); err != nil {
+		return err
 	}
 	// The prices are kept in one array per call, not one allocation per
 	// alert.
@@ -443,7 +435,7 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 	lastTask, lastState := -1, (*stateTask)(nil)
 	for i, q := range tasks {
 		if q != lastTask {
-			lastTask, lastState = q, w.stateTask(q)
+			lastTask, lastState = q, w.peers.stateTask(q)
 		}
 		if st := lastState; st != nil && !remoteExtras(w, extras[i]) {
 			if err := lookup(i, st, q); err != nil {
@@ -458,7 +450,7 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := lookup(i, w.stateTask(q), q); err != nil {
+			if err := lookup(i, w.peers.stateTask(q), q); err != nil {
 				fail(err)
 			}
 		}()
@@ -470,11 +462,52 @@ func (t *processTask) joinAll(ctx context.Context, alerts []record.Alert, tasks 
 	return failed
 }
 
+// waitForTasks waits until the state tasks held here of the other tasks
+// the alerts are joined from (tasks[i] and extras[i] for alerts[i]) are
+// read past the newest of their notifications: up to RemoteTimeout, or
+// crossTaskWait for a merged task (joinAll).
+func (t *processTask) waitForTasks(ctx context.Context, alerts []record.Alert, tasks []int, extras [][]int) error {
+	w := t.env
+	limit := w.limits.RemoteTimeout
+	if t.st != nil {
+		limit = crossTaskWait
+	}
+	var newest map[int]int64
+	wait := func(q int, ts int64) {
+		if t.st == nil || q != t.p {
+			if newest == nil {
+				newest = map[int]int64{}
+			}
+			newest[q] = max(newest[q], ts)
+		}
+	}
+	for i, q := range tasks {
+		wait(q, alerts[i].NotificationTsMs)
+		for _, c := range extras[i] {
+			wait(c, alerts[i].NotificationTsMs)
+		}
+	}
+	for q, ts := range newest {
+		if st := w.peers.stateTask(q); st != nil {
+			if err := st.waitFor(ctx, ts, w.limits.MaxTaskIdle, limit); err != nil {
+				switch {
+				case ctx.Err() != nil:
+					return ctx.Err()
+				case errors.Is(err, errNotReadPast):
+					return fmt.Errorf("%w: %w", errLookup, err)
+				}
+				// The task stopped here: lookupIn asks its new owner.
+			}
+		}
+	}
+	return nil
+}
+
 // remoteExtras reports whether one of tasks is not held here (its lookup
 // is an HTTP call, made concurrently).
-func remoteExtras(w *Processor, tasks []int) bool {
+func remoteExtras(w *taskEnv, tasks []int) bool {
 	for _, c := range tasks {
-		if w.stateTask(c) == nil {
+		if w.peers.stateTask(c) == nil {
 			return true
 		}
 	}
@@ -485,7 +518,7 @@ func remoteExtras(w *Processor, tasks []int) bool {
 const remoteConcurrency = 32
 
 // waitActive waits until the membership is active, or ctx is done.
-func (w *Processor) waitActive(ctx context.Context) error {
+func (w *taskEnv) waitActive(ctx context.Context) error {
 	if w.member == nil || w.member.Active() {
 		return nil
 	}

@@ -49,7 +49,7 @@ func (t *processTask) position(ctx context.Context) (int64, bool, error) {
 	if start := t.prog.start.Load(); start >= 0 {
 		return start, true, nil
 	}
-	first, err := listOffset(ctx, t.w.cfg.Client, t.w.cfg.Topics.Notifications, t.p, kafka.FirstOffset)
+	first, err := listOffset(ctx, t.env.client, t.env.topics.Notifications, t.p, kafka.FirstOffset)
 	if err != nil {
 		return 0, false, err
 	}
@@ -60,7 +60,7 @@ func (t *processTask) position(ctx context.Context) (int64, bool, error) {
 // progressInterval is how often watchProgress reads the end offsets: a
 // quarter of the stall timeout, at most a second.
 func (w *Processor) progressInterval() time.Duration {
-	return min(w.cfg.StallTimeout/4, time.Second)
+	return min(w.limits.StallTimeout/4, time.Second)
 }
 
 // watchProgress sets joiner_task_lag_records and joiner_task_stalled of
@@ -153,20 +153,20 @@ func (w *Processor) checkProgress(ctx context.Context, now time.Time) {
 
 // observeProgress takes the position and lag read at now.
 func (t *processTask) observeProgress(pos, lag int64, now time.Time) {
-	w, pr := t.w, &t.prog
+	w, pr := t.env, &t.prog
 	pr.lag.Store(lag)
 	if !pr.init || pos != pr.pos || lag == 0 {
 		pr.init, pr.pos, pr.since = true, pos, now
 		if pr.stalled.Swap(false) {
 			w.metrics.TaskStalled.WithLabelValues(taskLabel(t.p)).Set(0)
-			w.log.Info("task progresses again", "task", t.p, "topic", w.cfg.Topics.Notifications, "offset", pos, "lag", lag)
+			w.log.Info("task progresses again", "task", t.p, "topic", w.topics.Notifications, "offset", pos, "lag", lag)
 		}
 		return
 	}
-	if now.Sub(pr.since) >= w.cfg.StallTimeout && !pr.stalled.Swap(true) {
+	if now.Sub(pr.since) >= w.limits.StallTimeout && !pr.stalled.Swap(true) {
 		w.metrics.TaskStalled.WithLabelValues(taskLabel(t.p)).Set(1)
 		w.log.Error("task makes no progress: notifications wait unprocessed; /readyz fails until it moves (check the worker log for what it waits for: the market, a lookup, the output)",
-			"task", t.p, "topic", w.cfg.Topics.Notifications, "offset", pos, "lag", lag, "for", now.Sub(pr.since).Round(time.Millisecond))
+			"task", t.p, "topic", w.topics.Notifications, "offset", pos, "lag", lag, "for", now.Sub(pr.since).Round(time.Millisecond))
 	}
 }
 
@@ -185,5 +185,5 @@ func (w *Processor) stalledLocked() string {
 		return ""
 	}
 	slices.Sort(ps)
-	return fmt.Sprintf("tasks %v made no progress for %v with %d notifications unprocessed", ps, w.cfg.StallTimeout, lag)
+	return fmt.Sprintf("tasks %v made no progress for %v with %d notifications unprocessed", ps, w.limits.StallTimeout, lag)
 }

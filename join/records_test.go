@@ -19,7 +19,7 @@ import (
 func TestJoinKeepsTheNotification(t *testing.T) {
 	w, pt, _ := newTestWorker(t)
 	fw := &fakeWriter{}
-	w.cfg.Writer = fw
+	w.writer = fw
 	ctx := context.Background()
 	if err := pt.st.applyRetrying(ctx, []fetchedRecord{recAt(0, 1000, `{"symbol":"BBCA","price":9125.5}`)}, -1); err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestJoinKeepsTheNotification(t *testing.T) {
 // lookup sees it); a tick newer than every joined notification is not.
 func TestLateTicksCounted(t *testing.T) {
 	w, pt, _ := newTestWorker(t)
-	w.cfg.Writer = &fakeWriter{}
+	w.writer = &fakeWriter{}
 	ctx := context.Background()
 	if err := pt.st.applyRetrying(ctx, []fetchedRecord{recAt(0, 1000, `{"symbol":"BBCA","price":1}`)}, -1); err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestLateTicksCounted(t *testing.T) {
 func TestEncodedRollbackDropsHeaders(t *testing.T) {
 	w, _, _ := newTestWorker(t)
 	fw := &fakeWriter{}
-	w.cfg.Writer = fw
+	w.writer = fw
 	n, err := w.dec.Notification([]byte(`{"symbol":"BBCA"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestEncodedRollbackDropsHeaders(t *testing.T) {
 // as-of price.
 func TestNewestPricesKeepTheVersionBefore(t *testing.T) {
 	w, pt, _ := newTestWorker(t)
-	w.cfg.Writer = &fakeWriter{}
+	w.writer = &fakeWriter{}
 	ctx := context.Background()
 	apply := func(recs ...fetchedRecord) {
 		t.Helper()

@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
-	"github.com/segmentio/kafka-go"
 )
 
 // errTaskStopped is returned to callers waiting on a state task that was
@@ -39,8 +39,8 @@ const (
 // never dead-letters, is never committed, serves no lookups and has no
 // process task; the Processor keeps it apart (Processor.standbys).
 type stateTask struct {
-	w *Processor
-	p int
+	env *taskEnv
+	p   int
 
 	// role is roleActive, roleStandby or roleWarmup; a standby may switch
 	// between the last two while it runs. Set before the task starts.
@@ -98,9 +98,9 @@ type stateTask struct {
 	rc restoreCounters
 }
 
-func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *stateTask {
+func newStateTask(env *taskEnv, p int, store *statestore.Store, merged bool) *stateTask {
 	s := &stateTask{
-		w:        w,
+		env:      env,
 		p:        p,
 		merged:   merged,
 		store:    store,
@@ -119,8 +119,8 @@ func newStateTask(w *Processor, p int, store *statestore.Store, merged bool) *st
 
 // newStandbyTask is a standby state task of p on store; warmup marks a
 // warm-up copy.
-func newStandbyTask(w *Processor, p int, store *statestore.Store, warmup bool) *stateTask {
-	s := newStateTask(w, p, store, false)
+func newStandbyTask(env *taskEnv, p int, store *statestore.Store, warmup bool) *stateTask {
+	s := newStateTask(env, p, store, false)
 	s.setRole(warmup)
 	return s
 }
@@ -155,7 +155,7 @@ func (s *stateTask) restoreReason() string {
 // a standby, in joiner_restore_records_total.
 func (s *stateTask) countRestored(n int) {
 	if n > 0 {
-		s.w.metrics.RestoreRecords.WithLabelValues(s.restoreReason()).Add(float64(n))
+		s.env.metrics.RestoreRecords.WithLabelValues(s.restoreReason()).Add(float64(n))
 	}
 }
 
@@ -167,7 +167,7 @@ func (s *stateTask) observeEnd(hwm int64) {
 	if hwm < 0 || !s.isStandby() {
 		return
 	}
-	s.w.metrics.StandbyLag.WithLabelValues(taskLabel(s.p)).Set(float64(max(hwm-(s.appliedOffset()+1), 0)))
+	s.env.metrics.StandbyLag.WithLabelValues(taskLabel(s.p)).Set(float64(max(hwm-(s.appliedOffset()+1), 0)))
 }
 
 // isRestored reports whether the restore is complete.
@@ -247,9 +247,9 @@ func (s *stateTask) countLate(ticks []statestore.Tick) {
 	if late == 0 {
 		return
 	}
-	s.w.metrics.TicksLate.Add(float64(late))
-	s.w.lateLog.Warn("late-tick/"+strconv.Itoa(s.p), "ticks arrived after a notification at or after their time was joined on their task (later than the grace); stored for later lookups, alerts already written are not corrected",
-		"task", s.p, "topic", s.w.cfg.Topics.Market, "late_ticks", late, "symbol", first.Symbol, "tick_ts_ms", first.TimestampMs, "offset", first.Offset, "joined_ts_ms", joined, "grace", s.w.cfg.Grace)
+	s.env.metrics.TicksLate.Add(float64(late))
+	s.env.lateLog.Warn("late-tick/"+strconv.Itoa(s.p), "ticks arrived after a notification at or after their time was joined on their task (later than the grace); stored for later lookups, alerts already written are not corrected",
+		"task", s.p, "topic", s.env.topics.Market, "late_ticks", late, "symbol", first.Symbol, "tick_ts_ms", first.TimestampMs, "offset", first.Offset, "joined_ts_ms", joined, "grace", s.env.limits.Grace)
 }
 
 // pruneCut is the time before which the task's history may go: the
@@ -267,7 +267,7 @@ func (s *stateTask) pruneCut() (cut int64, ok bool) {
 	if ref < 0 {
 		return 0, false
 	}
-	return ref - s.w.cfg.HistoryRetention.Milliseconds(), true
+	return ref - s.env.limits.HistoryRetention.Milliseconds(), true
 }
 
 // keeps reports whether pruning keeps every version at tsMs: it is newer
@@ -294,16 +294,10 @@ func (s *stateTask) prune(log *slog.Logger) {
 		return
 	}
 	s.prunedCut = cut
-	s.w.metrics.PruneSeconds.Observe(time.Since(began).Seconds())
+	s.env.metrics.PruneSeconds.Observe(time.Since(began).Seconds())
 	if n > 0 {
 		log.Debug("pruned the price history", "cut_ms", cut, "symbols", n)
 	}
-}
-
-// pruneInterval is how often a task prunes its history: a sixtieth of the
-// retention, between 1s and 1m.
-func (w *Processor) pruneInterval() time.Duration {
-	return min(max(w.cfg.HistoryRetention/60, time.Second), time.Minute)
 }
 
 // close closes the store; readers after it get errTaskStopped.
@@ -318,55 +312,16 @@ func (s *stateTask) close() error {
 // done.
 func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
-	w := s.w
-	log := w.log.With("task", s.p, "topic", w.cfg.Topics.Market)
-	// A copy that a standby kept (here, or before a restart) applied its
-	// malformed ticks without dead-lettering them: see below.
-	wasCopy := s.fromCopy || s.store.Standby()
-	// Record the store's role on disk, so that after a restart a standby
-	// copy is held (Processor.Held) but not claimed as owned (Owned).
-	if err := s.store.SetStandby(s.isStandby()); err != nil {
-		log.Warn("cannot record the role of the task store; after a restart it may be reported as owned", "role", s.roleName(), "err", err)
+	log := s.env.log.With("task", s.p, "topic", s.env.topics.Market)
+	r := newPartitionReader(s.env.client, s.env.topics.Market, s.p, s.appliedOffset()+1, s.env.limits.FetchMaxWait)
+	dlqFrom, ok := s.begin(ctx, log)
+	if !ok {
+		return
 	}
-	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, s.appliedOffset()+1, w.cfg.FetchMaxWait)
-	// Market records below the group's committed market offset were routed
-	// by an earlier owner; dead-letter only the ones after it. A standby
-	// dead-letters nothing: the active owner does.
-	dlqFrom := int64(math.MaxInt64)
-	if !s.isStandby() {
-		var err error
-		if dlqFrom, err = w.committedOffset(ctx, w.cfg.Topics.Market, s.p); err != nil {
-			return
-		}
-	}
-	s.dlqFrom = dlqFrom
-	if wasCopy && !s.isStandby() && s.appliedOffset() >= dlqFrom {
-		// The standby skipped the malformed ticks after the group's
-		// committed market offset, which the dead owner may not have
-		// routed yet: route them now, so none silently vanishes.
-		if !s.deadLetterCopied(ctx, dlqFrom, s.appliedOffset()+1, log) {
-			return
-		}
-	}
-
 	began := time.Now()
-	var first, end int64
-	var err error
-	for attempt := 0; ; attempt++ {
-		first, end, err = r.bounds(ctx)
-		if err == nil {
-			break
-		}
-		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
-		w.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", w.cfg.Topics.Market, s.p, err))
-		if sleep(ctx, backoff(attempt)) != nil {
-			return
-		}
-	}
-	if r.next < first {
-		// A new store, or one older than the log's retention: the log
-		// holds nothing before first.
-		r.next = first
+	end, ok := s.restoreBounds(ctx, r, log)
+	if !ok {
+		return
 	}
 	s.rc.began.Store(began.UnixNano())
 	s.rc.from.Store(r.next)
@@ -377,6 +332,73 @@ func (s *stateTask) run(ctx context.Context) {
 	if !ok {
 		return
 	}
+	s.restoreDone(began, restoredRecords, r.next, log)
+	s.tail(ctx, r, dlqFrom, log)
+}
+
+// begin records the store's role on disk and works out from which market
+// offset malformed ticks are dead-lettered (dlqFrom); an active task whose
+// store was a standby copy first routes the ones the copy skipped. It
+// reports false when ctx ended first.
+func (s *stateTask) begin(ctx context.Context, log *slog.Logger) (dlqFrom int64, ok bool) {
+	// A copy that a standby kept (here, or before a restart) applied its
+	// malformed ticks without dead-lettering them: see below.
+	wasCopy := s.fromCopy || s.store.Standby()
+	// Record the store's role on disk, so that after a restart a standby
+	// copy is held (Processor.Held) but not claimed as owned (Owned).
+	if err := s.store.SetStandby(s.isStandby()); err != nil {
+		log.Warn("cannot record the role of the task store; after a restart it may be reported as owned", "role", s.roleName(), "err", err)
+	}
+	// Market records below the group's committed market offset were routed
+	// by an earlier owner; dead-letter only the ones after it. A standby
+	// dead-letters nothing: the active owner does.
+	dlqFrom = int64(math.MaxInt64)
+	if !s.isStandby() {
+		var err error
+		if dlqFrom, err = s.env.committedOffset(ctx, s.env.topics.Market, s.p); err != nil {
+			return 0, false
+		}
+	}
+	s.dlqFrom = dlqFrom
+	if wasCopy && !s.isStandby() && s.appliedOffset() >= dlqFrom {
+		// The standby skipped the malformed ticks after the group's
+		// committed market offset, which the dead owner may not have
+		// routed yet: route them now, so none silently vanishes.
+		if !s.deadLetterCopied(ctx, dlqFrom, s.appliedOffset()+1, log) {
+			return 0, false
+		}
+	}
+	return dlqFrom, true
+}
+
+// restoreBounds reads the offsets the restore goes to (end) and from
+// (r.next, moved up to the log's first offset), failures retried with
+// backoff; false when ctx ended first.
+func (s *stateTask) restoreBounds(ctx context.Context, r *partitionReader, log *slog.Logger) (end int64, ok bool) {
+	var first int64
+	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
+		s.env.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", s.env.topics.Market, s.p, err))
+		return nil
+	}, func(ctx context.Context) (err error) {
+		first, end, err = r.bounds(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, false
+	}
+	if r.next < first {
+		// A new store, or one older than the log's retention: the log
+		// holds nothing before first.
+		r.next = first
+	}
+	return end, true
+}
+
+// restoreDone marks the restore complete, the market to be read on from
+// resumeAt, and counts it.
+func (s *stateTask) restoreDone(began time.Time, restoredRecords, resumeAt int64, log *slog.Logger) {
+	w := s.env
 	secs := time.Since(began).Seconds()
 	if !s.isStandby() {
 		// Stats and joiner_restore_seconds cover what kept an active task
@@ -384,16 +406,22 @@ func (s *stateTask) run(ctx context.Context) {
 		w.metrics.RestoreSeconds.Observe(secs)
 		w.restoredRecords.Add(restoredRecords)
 	}
-	s.resumeAt = r.next
+	s.resumeAt = resumeAt
 	close(s.restored)
-	w.updateTaskGauges()
+	w.taskGauges()
 	attrs := []any{"records", restoredRecords, "seconds", secs, "applied_offset", s.appliedOffset(), "bulk", s.bulk}
 	if s.bulk {
 		attrs = append(attrs, "store_seconds", s.loadCommits.Seconds())
 	}
 	log.Info("restore complete", attrs...)
+}
+
+// tail prunes the restored task's history every pruneInterval and, unless
+// the task is merged (its process task reads the market then), tails the
+// market from r until ctx is done.
+func (s *stateTask) tail(ctx context.Context, r *partitionReader, dlqFrom int64, log *slog.Logger) {
 	s.prunedCut = math.MinInt64
-	prune := time.NewTicker(w.pruneInterval())
+	prune := time.NewTicker(s.env.pruneInterval())
 	defer prune.Stop()
 	if s.merged {
 		// The process task reads the market from here, merged with the
@@ -427,32 +455,17 @@ const (
 	restoreBatchRecords = 50000
 )
 
-// DefaultBulkRestoreMin is Config.BulkRestoreMin's default. Below it, a
-// table and its fsync would cost a restore more than they save.
-const DefaultBulkRestoreMin = 20000
-
-// A bulk-loaded restore (Config.BulkRestoreMin) keeps the ticks in memory,
-// about 40 bytes each, and ingests them in chunks of restoreLoadMaxTicks
-// records at most.
-//
-// Both are variables for the tests, which restore short partitions every
-// way: restoreLoadMin is the default of Config.BulkRestoreMin.
-var (
-	restoreLoadMin      int64 = DefaultBulkRestoreMin
-	restoreLoadMaxTicks       = 1 << 20
-)
-
 // restore reads r up to end and applies what it reads, the next fetches
 // running while a batch is applied, or for a long restore bulk-loads it
 // (Config.BulkRestoreMin). It leaves r at the offset after the last record the
 // store holds, and returns the number of records read and false when ctx
 // is done or the store closed.
 func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
-	w := s.w
+	w := s.env
 	if r.next >= end {
 		return 0, true
 	}
-	if m := w.cfg.BulkRestoreMin; m >= 0 && end-r.next >= m {
+	if m := w.limits.BulkRestoreMin; m >= 0 && end-r.next >= m {
 		s.bulk = true
 		return s.restoreLoaded(ctx, r, end, dlqFrom, log)
 	}
@@ -499,220 +512,6 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		}
 	}
 	return n, true
-}
-
-// restoreStreams is how many ranges of a bulk-loaded chunk are fetched at
-// once, each on its own connection (kafka-go's Transport opens one per
-// request in flight), when each range has at least half of
-// Config.BulkRestoreMin records: kafka-go decodes a fetch response on its
-// connection's goroutine, and one stream's fetch-and-decode is what bounds
-// a raw consume. A variable for the tests.
-var restoreStreams = 2
-
-// restoreLoaded is restore for a long restore: it bulk-loads the store
-// (statestore.Loader) in chunks of at most restoreLoadMaxTicks records,
-// each read in restoreStreams ranges at once and committed as one load.
-// The reader is left after the last chunk committed.
-func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
-	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.next, int64(restoreLoadMaxTicks)))), last: -1, maxTs: -1}
-	// Tick buffers go back to the readers once added (the Loader keeps
-	// none of them).
-	free := make(chan []statestore.Tick, 2*restoreStreams+2)
-	var n int64
-	lastLog := time.Now()
-	for r.next < end {
-		from, to := r.next, min(r.next+int64(restoreLoadMaxTicks), end)
-		streams := max(1, min(int64(restoreStreams), (to-from)/max(s.w.cfg.BulkRestoreMin/2, 1)))
-		fctx, stop := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		dch := make(chan decodedBatch, 2*streams)
-		for i := range streams {
-			a, b := from+(to-from)*i/streams, from+(to-from)*(i+1)/streams
-			s.readRange(fctx, &wg, newPartitionReader(r.client, r.topic, r.partition, a, r.maxWait), b, dlqFrom, dch, free, log)
-		}
-		go func() { wg.Wait(); close(dch) }()
-		ok := true
-		for d := range dch {
-			if !ok {
-				continue // drain until the readers stopped
-			}
-			if err := s.loadDecodedRetrying(ctx, load, d); err != nil {
-				ok = false
-				stop()
-				continue
-			}
-			select {
-			case free <- d.ticks[:0]:
-			default:
-			}
-			n += int64(d.n)
-			s.rc.done.Store(n)
-			s.countRestored(d.n)
-			s.observeEnd(d.hwm)
-			if time.Since(lastLog) >= time.Second {
-				log.Info("restoring", "from_offset", from, "to_offset", to, "end_offset", end, "records", n)
-				lastLog = time.Now()
-			}
-		}
-		stop()
-		if !ok || ctx.Err() != nil {
-			return n, false // r stays after the last chunk committed
-		}
-		if err := s.commitLoadRetrying(ctx, load); err != nil {
-			return n, false
-		}
-		r.next = to
-		s.advance(to, -1)
-	}
-	return n, true
-}
-
-// readRange reads r up to offset to in a goroutine owned by wg, decoding
-// each fetch (without the records at or after to) into a batch sent to
-// dch, in a tick buffer from free when it has one, fetch failures retried
-// with backoff, until it reaches to or ctx is done.
-func (s *stateTask) readRange(ctx context.Context, wg *sync.WaitGroup, r *partitionReader, to, dlqFrom int64, dch chan<- decodedBatch, free <-chan []statestore.Tick, log *slog.Logger) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for r.next < to {
-			recs, _, ok := s.w.fetchRetrying(ctx, r, log)
-			if !ok {
-				return
-			}
-			if i := slices.IndexFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to }); i >= 0 {
-				recs = recs[:i] // the next range's
-			}
-			if len(recs) == 0 {
-				continue
-			}
-			var d decodedBatch
-			select {
-			case d.ticks = <-free:
-			default:
-			}
-			s.decodeInto(&d, recs, dlqFrom)
-			d.next, d.hwm = r.next, r.hwm
-			select {
-			case dch <- d:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-}
-
-// restoreLoad is a restore's bulk load: its Loader, and what the ticks
-// added since its last Commit cover.
-type restoreLoad struct {
-	l     *statestore.Loader
-	last  int64 // greatest offset of the records read, -1 for none
-	maxTs int64 // greatest record timestamp read (ms), -1 for none
-	added bool  // records were read since the last Commit
-}
-
-// loadDecodedRetrying routes the dead letters of d (retried with backoff
-// until ctx is done), then adds its ticks to the load: they are stored by
-// the next commitLoadRetrying.
-func (s *stateTask) loadDecodedRetrying(ctx context.Context, load *restoreLoad, d decodedBatch) error {
-	if d.n == 0 {
-		return nil
-	}
-	w := s.w
-	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(d.n))
-	for attempt := 0; len(d.dead) > 0; attempt++ {
-		err := w.writeOut(ctx, nil, d.dead)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		w.log.Warn("dead-lettering malformed market records failed; retrying", "task", s.p, "err", err)
-		w.noteTaskErr(s.p, err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
-	s.rc.dead.Add(int64(len(d.dead)))
-	load.l.Add(d.ticks)
-	// The ranges of a chunk come in any order.
-	load.last, load.maxTs, load.added = max(load.last, d.last), max(load.maxTs, d.maxTs), true
-	return nil
-}
-
-// commitLoadRetrying stores what the load holds, with the offset of the
-// last record read, failures retried with backoff. It fails only when ctx
-// is done or the store was closed.
-func (s *stateTask) commitLoadRetrying(ctx context.Context, load *restoreLoad) error {
-	if !load.added {
-		return nil
-	}
-	began := time.Now()
-	defer func() { s.loadCommits += time.Since(began) }()
-	for attempt := 0; ; attempt++ {
-		err := load.l.Commit(load.last)
-		if err == nil {
-			break
-		}
-		err = taskStoppedErr(err)
-		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
-			return err
-		}
-		s.w.log.Warn("storing restored market records failed; retrying", "task", s.p, "offset", load.last, "err", err)
-		s.w.noteTaskErr(s.p, err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
-	s.advance(load.last+1, load.maxTs)
-	load.added, load.maxTs = false, -1
-	return nil
-}
-
-// deadLetterCopied dead-letters the malformed records of market-p in
-// [from, to), which a standby copy applied without routing them, and
-// reports false when ctx ended first. Ticks are not applied again: the
-// store holds them. Records routed by the previous owner too are written
-// twice (at least once).
-func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *slog.Logger) bool {
-	w := s.w
-	r := newPartitionReader(w.cfg.Client, w.cfg.Topics.Market, s.p, from, w.cfg.FetchMaxWait)
-	routed := 0
-	for attempt := 0; r.next < to; {
-		recs, err := r.fetch(ctx)
-		if err == nil {
-			recs = slices.DeleteFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to })
-			var d decodedBatch
-			if s.decodeInto(&d, recs, from); len(d.dead) > 0 {
-				if err = w.writeOut(ctx, nil, d.dead); err == nil {
-					routed += len(d.dead)
-				}
-			}
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		if err != nil {
-			// Nothing is skipped: the reader goes back to the first
-			// record of the failed round.
-			if len(recs) > 0 {
-				r.next = recs[0].Offset
-			}
-			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.next, "to_offset", to, "err", err)
-			if sleep(ctx, backoff(attempt)) != nil {
-				return false
-			}
-			attempt++
-			continue
-		}
-		attempt = 0
-	}
-	s.rc.dead.Add(int64(routed))
-	if routed > 0 {
-		log.Info("dead-lettered the malformed ticks its standby copy had skipped", "records", routed, "from_offset", from, "to_offset", to)
-	}
-	return true
 }
 
 // decodedBatch is a batch of market records, decoded: the ticks to apply,
@@ -779,28 +578,36 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 	if d.n == 0 {
 		return nil
 	}
-	for attempt := 0; ; attempt++ {
-		err := s.applyDecoded(ctx, d)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil || errors.Is(err, errTaskStopped) {
-			return err
-		}
-		s.w.log.Warn("applying market records failed; retrying", "task", s.p, "err", err)
-		s.w.noteTaskErr(s.p, err)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
+	if err := s.storeRetrying(ctx, "applying market records failed; retrying", func(ctx context.Context) error {
+		return s.applyDecoded(ctx, d)
+	}); err != nil {
+		return err
 	}
 	s.advance(d.last+1, d.maxTs)
 	return nil
 }
 
+// storeRetrying calls fn until it succeeds, each failure logged (msg,
+// with attrs) and noted as the task's last error, with backoff. It fails
+// only when ctx is done or the store was closed (errTaskStopped).
+func (s *stateTask) storeRetrying(ctx context.Context, msg string, fn func(ctx context.Context) error, attrs ...any) error {
+	return retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+		s.env.log.Warn(msg, append(append([]any{"task", s.p}, attrs...), "err", err)...)
+		s.env.noteTaskErr(s.p, err)
+		return nil
+	}, func(ctx context.Context) error {
+		err := taskStoppedErr(fn(ctx))
+		if err != nil && (ctx.Err() != nil || errors.Is(err, errTaskStopped)) {
+			return retry.Permanent(err)
+		}
+		return err
+	})
+}
+
 // step fetches once and applies what it got. It returns the number of
 // records read and false when ctx is done or the store closed.
 func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64, log *slog.Logger) (int, bool) {
-	recs, _, ok := s.w.fetchRetrying(ctx, r, log)
+	recs, _, ok := s.env.fetchRetrying(ctx, r, log)
 	if !ok {
 		return 0, false
 	}
@@ -844,7 +651,7 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 	if len(recs) == 0 {
 		return
 	}
-	w := s.w
+	w := s.env
 	if d.n == 0 {
 		d.maxTs = math.MinInt64
 	}
@@ -861,7 +668,7 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 		}
 		if err != nil {
 			if rec.Offset >= dlqFrom {
-				d.dead = append(d.dead, newDeadLetter(w.cfg.Topics.Market, s.p, *rec, err))
+				d.dead = append(d.dead, newDeadLetter(w.topics.Market, s.p, *rec, err))
 			}
 			continue
 		}
@@ -874,8 +681,8 @@ func (s *stateTask) decodeInto(d *decodedBatch, recs []fetchedRecord, dlqFrom in
 // applyDecoded writes the dead letters of d, then its ticks and the offset
 // of its last record in one batch.
 func (s *stateTask) applyDecoded(ctx context.Context, d decodedBatch) error {
-	w := s.w
-	w.metrics.Records.WithLabelValues(w.cfg.Topics.Market).Add(float64(d.n))
+	w := s.env
+	w.metrics.Records.WithLabelValues(w.topics.Market).Add(float64(d.n))
 	if len(d.dead) > 0 {
 		if err := w.writeOut(ctx, nil, d.dead); err != nil {
 			return err
@@ -898,83 +705,4 @@ func (s *stateTask) advance(next, maxTs int64) {
 	s.lastTsMs = max(s.lastTsMs, maxTs)
 	close(s.changed)
 	s.changed = make(chan struct{})
-}
-
-// waitFor blocks until the task has been read past tsMs, or up to the
-// partition's end as it was once the wait began. This is what aligns a
-// notification with the ticks before it: a tick produced before a
-// notification is in the store once waitFor returns nil. While the market
-// cannot be read (no leader, broker down), it re-checks every idle and logs
-// once that it is still waiting. It gives up after limit with
-// errNotReadPast, never by answering early, because a join before the
-// market is read could miss a tick; ctx or the task stopping end it early
-// (with their error).
-//
-// No caller waits without a limit: a merged task's market advances in its
-// own merge loop, so two merge loops each waiting for the other's market
-// without one would wait for ever (see runMerged's lookup retries, which
-// go on reading their market).
-func (s *stateTask) waitFor(ctx context.Context, tsMs int64, idle, limit time.Duration) error {
-	recheck := time.NewTimer(idle)
-	defer recheck.Stop()
-	expire := time.NewTimer(limit)
-	defer expire.Stop()
-	end := int64(-1) // the end offset, read once the task is restored
-	began := time.Now()
-	warned := false
-	// With a grace, the market must be read past tsMs + grace, or be
-	// found at its end no earlier than that time by the clock.
-	grace := s.w.cfg.Grace.Milliseconds()
-	past := tsMs
-	if grace > 0 && tsMs < math.MaxInt64-grace {
-		past = tsMs + grace
-	}
-	var graceWait <-chan time.Time
-	for {
-		restored := s.isRestored()
-		s.pmu.Lock()
-		done := restored && (s.lastTsMs > past || (end >= 0 && s.next >= end))
-		changed := s.changed
-		s.pmu.Unlock()
-		if done {
-			return nil
-		}
-		if wait := time.Until(time.UnixMilli(past)); restored && end < 0 && grace > 0 && wait > 0 {
-			if graceWait == nil {
-				graceWait = time.After(wait)
-			}
-		} else if restored && end < 0 {
-			// Not read past tsMs: wait until the reader reaches the end the
-			// log has now, which includes every record produced before the
-			// caller's.
-			if e, err := listOffset(ctx, s.w.cfg.Client, s.w.cfg.Topics.Market, s.p, kafka.LastOffset); err == nil {
-				end = e
-				continue
-			}
-			s.w.metrics.FetchErrors.Inc() // retried at the next recheck
-		}
-		var restoring <-chan struct{}
-		if !restored {
-			restoring = s.restored
-		}
-		select {
-		case <-changed:
-		case <-restoring:
-		case <-graceWait:
-			graceWait = nil
-		case <-s.stopped:
-			return errTaskStopped
-		case <-expire.C:
-			return fmt.Errorf("%w: task %d, notification at %d ms, waited %v", errNotReadPast, s.p, tsMs, time.Since(began).Round(time.Millisecond))
-		case <-recheck.C:
-			if !warned && restored {
-				warned = true
-				s.w.log.Warn("a notification waits for the market to be read past its time; it is not joined before (the market partition may have no leader)",
-					"task", s.p, "topic", s.w.cfg.Topics.Market, "notification_ts_ms", tsMs, "waited", time.Since(began).Round(time.Millisecond))
-			}
-			recheck.Reset(idle)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }

@@ -26,7 +26,7 @@ import (
 
 // storeOpenAttempts is how many times a failed open is retried (with
 // backoff) before the store is moved aside and rebuilt.
-var storeOpenAttempts = 3
+const storeOpenAttempts = 3
 
 // storeFaults is the Processor's record of tasks whose store failed.
 type storeFaults struct {
@@ -35,8 +35,6 @@ type storeFaults struct {
 	retries map[int]*storeRetry // retrying now
 	failed  map[int]string      // gave up: task → why
 	errs    map[int]error       // the latest error of each retrying task
-	// release, when set (tests), replaces the member's Release.
-	release func(task int)
 }
 
 type storeRetry struct {
@@ -116,6 +114,9 @@ func (w *Processor) retryStore(ctx context.Context, r *storeRetry, err error) {
 		w.failTask(p, err)
 		return
 	}
+	// Not backoff.Do: the first attempt was Assigned's, so each retry
+	// waits (and says how long) before it, and after storeOpenAttempts
+	// the store is rebuilt instead of given up on.
 	for attempt := range storeOpenAttempts {
 		d := backoff(attempt)
 		w.log.Warn("retrying to open the task store", "task", p, "attempt", attempt+1, "of", storeOpenAttempts, "in", d, "err", err)
@@ -166,11 +167,11 @@ func (w *Processor) adoptStore(ctx context.Context, p int, store *statestore.Sto
 		}
 		return
 	}
-	st := newStateTask(w, p, store, inProc)
+	st := newStateTask(&w.taskEnv, p, store, inProc)
 	w.states[p] = st
 	var pt *processTask
 	if inProc && w.procs[p] == nil {
-		pt = newProcessTask(w, p, st)
+		pt = newProcessTask(&w.taskEnv, p, st)
 		w.procs[p] = pt
 	}
 	w.mu.Unlock()
@@ -199,14 +200,11 @@ func (w *Processor) failTask(p int, err error) {
 	f.failed[p] = err.Error()
 	delete(f.retries, p)
 	delete(f.errs, p)
-	release := f.release
 	f.mu.Unlock()
 	w.updateFailedGauge()
 	w.log.Error("task failed on this member: its store cannot be used here; releasing it so that the group moves it to another member",
 		"task", p, "disk_full", statestore.IsDiskFull(err), "errno", statestore.Errno(err), "err", err)
-	if release != nil {
-		release(p)
-	} else if r, ok := w.member.(interface{ Release(task int) }); ok {
+	if r, ok := w.member.(interface{ Release(task int) }); ok {
 		r.Release(p)
 	}
 }

@@ -23,18 +23,17 @@ import (
 // "load-2-streams" (one bulk load, read in two ranges at once) or
 // "load-in-parts" (a bulk load committed every 4 records, each chunk read
 // in two ranges).
-func restoreMode(t *testing.T, mode string) {
-	min, maxTicks, streams := restoreLoadMin, restoreLoadMaxTicks, restoreStreams
-	t.Cleanup(func() { restoreLoadMin, restoreLoadMaxTicks, restoreStreams = min, maxTicks, streams })
+// It sets env before the restores start (taskEnv.limits and load).
+func restoreMode(t testing.TB, env *taskEnv, mode string) {
 	switch mode {
 	case "apply":
-		restoreLoadMin = math.MaxInt64
+		env.limits.BulkRestoreMin = math.MaxInt64
 	case "load":
-		restoreLoadMin, restoreStreams = 1, 1
+		env.limits.BulkRestoreMin, env.load.streams = 1, 1
 	case "load-2-streams":
-		restoreLoadMin, restoreStreams = 1, 2
+		env.limits.BulkRestoreMin, env.load.streams = 1, 2
 	case "load-in-parts":
-		restoreLoadMin, restoreLoadMaxTicks, restoreStreams = 1, 4, 2
+		env.limits.BulkRestoreMin, env.load.maxTicks, env.load.streams = 1, 4, 2
 	default:
 		t.Fatalf("restore mode %q", mode)
 	}
@@ -76,7 +75,7 @@ func newTestStateTask(t testing.TB, cfg Config) (*Processor, *stateTask) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return w, newStateTask(w, 0, store, true)
+	return w, newStateTask(&w.taskEnv, 0, store, true)
 }
 
 // TestRestoreStoresEveryTick restores a partition of 40 records, two of
@@ -86,8 +85,8 @@ func newTestStateTask(t testing.TB, cfg Config) (*Processor, *stateTask) {
 func TestRestoreStoresEveryTick(t *testing.T) {
 	for _, mode := range restoreModes {
 		t.Run(mode, func(t *testing.T) {
-			restoreMode(t, mode)
 			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return chunkFetcher{f, 3} })
+			restoreMode(t, rig.st.env, mode)
 			syms := []string{"A", "AB", "B", "ABC"}
 			var want []statestore.Tick
 			for off := range int64(40) {
@@ -104,8 +103,8 @@ func TestRestoreStoresEveryTick(t *testing.T) {
 				rig.f.produce("market", 0, ts, sym, tickJSON(sym, price))
 				want = append(want, statestore.Tick{Symbol: sym, Price: price, TimestampMs: ts, Offset: off})
 			}
-			r := newPartitionReader(rig.st.w.cfg.Client, "market", 0, 0, time.Millisecond)
-			n, ok := rig.st.restore(context.Background(), r, 40, 0, rig.st.w.log)
+			r := newPartitionReader(rig.st.env.client, "market", 0, 0, time.Millisecond)
+			n, ok := rig.st.restore(context.Background(), r, 40, 0, rig.st.env.log)
 			if !ok || n != 40 || rig.st.appliedOffset() != 39 || r.next != 40 {
 				t.Fatalf("restore: ok %v, %d records, applied offset %d, reader at %d; want true, 40, 39 and 40", ok, n, rig.st.appliedOffset(), r.next)
 			}
@@ -173,17 +172,17 @@ func TestStoppedRestoreResumesAfterWhatIsStored(t *testing.T) {
 		{"load-in-parts", 7},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			restoreMode(t, tc.mode)
 			var sf stallFetcher
 			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { sf = newStallFetcher(f, 2, 10); return sf })
+			restoreMode(t, rig.st.env, tc.mode)
 			for off := range int64(20) {
 				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)+0.5))
 			}
-			r := newPartitionReader(rig.st.w.cfg.Client, "market", 0, 0, time.Millisecond)
+			r := newPartitionReader(rig.st.env.client, "market", 0, 0, time.Millisecond)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan bool)
 			go func() {
-				_, ok := rig.st.restore(ctx, r, 20, 0, rig.st.w.log)
+				_, ok := rig.st.restore(ctx, r, 20, 0, rig.st.env.log)
 				done <- ok
 			}()
 			if tc.mode == "apply" {
@@ -206,16 +205,14 @@ func TestStoppedRestoreResumesAfterWhatIsStored(t *testing.T) {
 // TestJoinAndCommitOnFakesBulkRestore is TestJoinAndCommitOnFakes with
 // the task's market restored by a bulk load.
 func TestJoinAndCommitOnFakesBulkRestore(t *testing.T) {
-	restoreMode(t, "load")
-	TestJoinAndCommitOnFakes(t)
+	joinAndCommitOnFakes(t, "load")
 }
 
 // TestKeptTaskRunsThroughRebalanceBulkRestore is
 // TestKeptTaskRunsThroughRebalance with the tasks' markets restored by a
 // bulk load.
 func TestKeptTaskRunsThroughRebalanceBulkRestore(t *testing.T) {
-	restoreMode(t, "load")
-	TestKeptTaskRunsThroughRebalance(t)
+	keptTaskRunsThroughRebalance(t, "load")
 }
 
 // flakyFetcher fails every third Fetch (counted across goroutines).
@@ -237,14 +234,14 @@ func (f flakyFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafk
 func TestRestoreRetriesFailedFetches(t *testing.T) {
 	for _, mode := range restoreModes {
 		t.Run(mode, func(t *testing.T) {
-			restoreMode(t, mode)
 			calls := new(atomic.Int64)
 			rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return flakyFetcher{chunkFetcher{f, 4}, calls} })
+			restoreMode(t, rig.st.env, mode)
 			for off := range int64(30) {
 				rig.f.produce("market", 0, 1000+off, "X", tickJSON("X", float64(off)+0.5))
 			}
-			r := newPartitionReader(rig.st.w.cfg.Client, "market", 0, 0, time.Millisecond)
-			n, ok := rig.st.restore(context.Background(), r, 30, 0, rig.st.w.log)
+			r := newPartitionReader(rig.st.env.client, "market", 0, 0, time.Millisecond)
+			n, ok := rig.st.restore(context.Background(), r, 30, 0, rig.st.env.log)
 			if !ok || n != 30 || rig.st.appliedOffset() != 29 {
 				t.Fatalf("restore: ok %v, %d records, applied offset %d; want true, 30 and 29", ok, n, rig.st.appliedOffset())
 			}
@@ -253,7 +250,7 @@ func TestRestoreRetriesFailedFetches(t *testing.T) {
 				t.Fatalf("%d versions stored (%v), want 30", len(h), err)
 			}
 			// A fetch that failed as the restore ended is not counted.
-			if failed := counterValue(rig.st.w.metrics.FetchErrors); failed == 0 || failed > calls.Load()/3 {
+			if failed := counterValue(rig.st.env.metrics.FetchErrors); failed == 0 || failed > calls.Load()/3 {
 				t.Fatalf("joiner_fetch_errors_total = %v after %d fetches, want one in three", failed, calls.Load())
 			}
 		})

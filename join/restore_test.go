@@ -37,14 +37,14 @@ func (c chunkFetcher) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafk
 // whatever the fetcher read ahead, so the tail (or the merge) goes on from
 // there and skips nothing.
 func TestRestoreReadsAheadButResumesAfterWhatItApplied(t *testing.T) {
-	restoreMode(t, "apply")
 	rig := newRestoreRig(t, func(f *fakeFetcher) Fetcher { return chunkFetcher{f, 3} })
+	restoreMode(t, rig.st.env, "apply")
 	for i := range 30 {
 		rig.f.produce("market", 0, int64(1000+i), "X", tickJSON("X", float64(i)+0.5))
 	}
 	st := rig.st
-	r := newPartitionReader(st.w.cfg.Client, "market", 0, 0, time.Millisecond)
-	n, ok := st.restore(context.Background(), r, 5, -1, st.w.log)
+	r := newPartitionReader(st.env.client, "market", 0, 0, time.Millisecond)
+	n, ok := st.restore(context.Background(), r, 5, -1, st.env.log)
 	if !ok {
 		t.Fatal("restore failed")
 	}

@@ -183,8 +183,8 @@ type taskErr struct {
 	at  time.Time
 }
 
-// noteTaskErr records err as task p's last error (on error paths only).
-func (w *Processor) noteTaskErr(p int, err error) {
+// noteErr records err as task p's last error (on error paths only).
+func (w *statusState) noteErr(p int, err error) {
 	w.histMu.Lock()
 	defer w.histMu.Unlock()
 	if w.taskErrs == nil {
@@ -442,19 +442,7 @@ func rebalanceReason(prev, a group.Assignment) string {
 		return "this member joined the group"
 	}
 	before, after := ownerSet(prev.Owners), ownerSet(a.Owners)
-	var joined, left []string
-	for m := range after {
-		if !before[m] {
-			joined = append(joined, m)
-		}
-	}
-	for m := range before {
-		if !after[m] {
-			left = append(left, m)
-		}
-	}
-	slices.Sort(joined)
-	slices.Sort(left)
+	joined, left := missing(after, before), missing(before, after)
 	var parts []string
 	if len(joined) > 0 {
 		parts = append(parts, "members now owning tasks: "+strings.Join(joined, ", "))

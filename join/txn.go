@@ -45,6 +45,14 @@ import (
 // the same instance id is fenced by the group (FENCED_INSTANCE_ID), which
 // stops the worker with group.ErrFenced.
 
+// The defaults of exactly-once processing: the commit interval (one
+// transaction per interval, as Kafka Streams' exactly_once_v2) and the
+// transaction timeout.
+const (
+	DefaultExactlyOnceCommitInterval = 100 * time.Millisecond
+	DefaultTransactionTimeout        = 10 * time.Second
+)
+
 // Transactional is the transactional producer of exactly-once processing:
 // *produce.Producer with Config.TransactionalID, InitProducerID called.
 type Transactional interface {
@@ -68,7 +76,8 @@ type ExactlyOnce struct {
 	// Required.
 	Group string
 	// TransactionTimeout bounds the wait of a commit for the writes in
-	// flight, as the coordinator bounds an open transaction. Default: 10s.
+	// flight, as the coordinator bounds an open transaction. Default:
+	// DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
 }
 
@@ -139,12 +148,12 @@ type txnCommitter struct {
 	cfg  ExactlyOnce
 	gate txnGate
 
-	mu      sync.Mutex
-	p       Transactional
-	began   time.Time
-	dirty   bool  // records written in the open transaction
-	failed  error // a write failed: the transaction must abort
-	rewind  error // aborted; set until the tasks restarted (Lost)
+	mu     sync.Mutex
+	p      Transactional
+	began  time.Time
+	dirty  bool  // records written in the open transaction
+	failed error // a write failed: the transaction must abort
+	rewind error // aborted; set until the tasks restarted (Lost)
 	// unopened is why no transaction is open (a Begin failed, and so did
 	// the producer's replacement): nothing is written until the next
 	// commit tick begins one.
@@ -164,14 +173,14 @@ func (w *Processor) EnableExactlyOnce(cfg ExactlyOnce) error {
 		return errors.New("join: ExactlyOnce needs Producer, NewProducer and Group")
 	}
 	if cfg.TransactionTimeout <= 0 {
-		cfg.TransactionTimeout = 10 * time.Second
+		cfg.TransactionTimeout = DefaultTransactionTimeout
 	}
 	if err := cfg.Producer.Begin(); err != nil {
 		return fmt.Errorf("join: beginning the first transaction: %w", err)
 	}
 	c := &txnCommitter{cfg: cfg, p: cfg.Producer, began: time.Now(), open: true}
 	w.eos.c = c
-	w.cfg.Writer = c
+	w.writer = c
 	return nil
 }
 
@@ -207,7 +216,7 @@ func (c *txnCommitter) unusableLocked() error {
 // txnRelease (the task's ack) or txnDrop (a failed write), so that a
 // write and the advance of the task's acknowledged offset fall in one
 // transaction. It fails while the tasks must rewind.
-func (w *Processor) txnHold(ctx context.Context, t *processTask) error {
+func (w *taskEnv) txnHold(ctx context.Context, t *processTask) error {
 	c := w.eos.c
 	if c == nil {
 		return nil
@@ -231,7 +240,7 @@ func (w *Processor) txnHold(ctx context.Context, t *processTask) error {
 }
 
 // txnRelease ends t's hold (txnHold), if any.
-func (w *Processor) txnRelease(t *processTask) {
+func (w *taskEnv) txnRelease(t *processTask) {
 	c := w.eos.c
 	if c == nil {
 		return
@@ -247,7 +256,7 @@ func (w *Processor) txnRelease(t *processTask) {
 
 // txnDrop ends t's hold after its write failed with err: some of it may
 // be in the transaction, unacknowledged, so the transaction must abort.
-func (w *Processor) txnDrop(t *processTask, err error) {
+func (w *taskEnv) txnDrop(t *processTask, err error) {
 	if w.txnFailed(err) {
 		w.txnRelease(t)
 	}
@@ -257,7 +266,7 @@ func (w *Processor) txnDrop(t *processTask, err error) {
 // past the producer's retries, and reports whether it did: the write is
 // not retried, the open transaction aborts at the next commit and the
 // tasks restart from the committed offsets.
-func (w *Processor) txnFailed(err error) bool {
+func (w *taskEnv) txnFailed(err error) bool {
 	c := w.eos.c
 	if c == nil {
 		return false
@@ -468,7 +477,9 @@ func (c *txnCommitter) abort(ctx context.Context, w *Processor, cause error) err
 	c.mu.Lock()
 	c.dirty, c.failed = false, nil
 	c.mu.Unlock()
-	if m, ok := w.member.(txnMember); ok {
+	if m, ok := w.member.(txnMember); ok && !w.shuttingDown() {
+		// (At shutdown the tasks stop anyway: their next owners start
+		// from the committed offsets.)
 		m.Restart(fmt.Errorf("exactly-once: transaction aborted: %w", cause))
 	}
 	return fmt.Errorf("join: exactly-once: transaction aborted: %w", cause)

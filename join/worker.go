@@ -32,7 +32,13 @@
 // The files, by stage:
 //
 //	input*.go    the edges: Fetcher and Writer, the partition reader, offset resets
-//	restore*.go  state tasks: restore and tail market-p into the store; stores that fail to open
+//	env.go       the task environment: what the Processor hands its tasks
+//	taskplan.go  the task manager: what an assignment changes (Assigned carries it out)
+//	restore.go   state tasks: their lifecycle and roles; restore and tail market-p into the store
+//	restore_load.go    the bulk load of a long restore
+//	restore_copy.go    dead-lettering the ticks a promoted standby copy skipped
+//	restore_wait.go    waiting for a task's state to be read past a notification
+//	restore_faults.go  stores that fail to open
 //	merge.go     the aligned merge of market-p and notifications-p of a merged task
 //	process.go   process tasks: decode, hold, join every notification of a batch
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
@@ -41,7 +47,7 @@
 //	commit.go    the commit loop, committed and start offsets
 //	txn.go       exactly-once: one transaction per commit, abort and rewind
 //	gate.go      a process task's gate, closed when the task is revoked
-//	worker.go    the Processor: configuration, assignment diff, rebalance, Held and Owned
+//	worker.go    the Processor: configuration, rebalance (Assigned), Held and Owned
 //	progress.go  each task's lag from its partition's end, and stalls (no progress with lag)
 //	status.go    readiness, Stats and the assignment view
 //	taskstatus.go  each task's state for the status page, the rebalance history
@@ -61,12 +67,10 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
-	"github.com/joiner-dev/joiner/internal/lograte"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 )
 
 // Config configures a Processor. Zero values take the defaults shown.
@@ -131,7 +135,7 @@ type Config struct {
 	// memory, about 40 bytes each, and ingested as tables, at about a
 	// quarter of the CPU of applying them batch by batch); a shorter one,
 	// like the catch-up of a task that stayed, applies its batches.
-	// Default: DefaultBulkRestoreMin; negative: never.
+	// Default: DefaultBulkRestoreMin; negative (BulkRestoreNever): never.
 	BulkRestoreMin int64
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client
@@ -160,26 +164,12 @@ type Membership interface {
 
 // Processor is one member's task processor. It implements group.Handler.
 type Processor struct {
-	cfg     Config
-	log     *slog.Logger
-	metrics *Metrics
-	alerts  *record.AlertEncoder // of this worker's alerts
-	dec     *record.Decoder      // of its input records
-	lateLog *lograte.Limiter     // late ticks, per task
-	reg     *prometheus.Registry // nil when Config.Registerer was given
-	remote  *remoteClient
-	// outLog logs dead letters and output failures, one line per kind
-	// per interval.
-	outLog *lograte.Limiter
-	// outBlocked counts the writes failing with an error no retry fixes,
-	// and outFault is the latest such error (/readyz,
-	// joiner_output_blocked); guarded by outMu.
-	outMu      sync.Mutex
-	outBlocked int
-	outFault   string
+	// taskEnv is what the tasks are handed (env.go): the metrics, the
+	// loggers, the output and the group's committed offsets are in it.
+	taskEnv
 
-	member Membership
-	eos    eosState // exactly-once processing (txn.go)
+	cfg Config
+	reg *prometheus.Registry // nil when Config.Registerer was given
 
 	faults storeFaults // tasks whose store failed (restore_faults.go)
 
@@ -207,69 +197,11 @@ type Processor struct {
 
 	// The join and moved counts of Stats are read from metrics; these two
 	// have no metric of the same meaning.
-	restoredRecords atomic.Int64             // market records read by completed restores
-	restores        atomic.Int64             // state tasks started
-	commitMu        sync.Mutex               // serializes commits
-	committed       map[string]map[int]int64 // last successful commit; guarded by commitMu
+	restores  atomic.Int64             // state tasks started
+	commitMu  sync.Mutex               // serializes commits
+	committed map[string]map[int]int64 // last successful commit; guarded by commitMu
 
 	statusState // taskstatus.go
-}
-
-func isKafkaWriterWithTopic(w Writer) bool {
-	kw, ok := w.(*kafka.Writer)
-	return ok && kw.Topic != ""
-}
-
-// Validate reports the first problem of c: a required field left empty,
-// a *kafka.Writer with a Topic, or an unknown StartOffset. NewWorker calls
-// it; zero values of the other fields take their defaults.
-func (c *Config) Validate() error {
-	switch {
-	case c.Client == nil:
-		return errors.New("join: Config.Client is required")
-	case c.Writer == nil:
-		return errors.New("join: Config.Writer is required")
-	case isKafkaWriterWithTopic(c.Writer):
-		return errors.New("join: Config.Writer.Topic must be empty: alerts and dead letters go to different topics")
-	case c.Stores == nil:
-		return errors.New("join: Config.Stores is required")
-	case c.InstanceID == "":
-		return errors.New("join: Config.InstanceID is required")
-	case c.Grace < 0:
-		return fmt.Errorf("join: Config.Grace is %v; want 0 (none) or a positive duration", c.Grace)
-	}
-	return validStartOffset(c.StartOffset)
-}
-
-// withDefaults returns c with every zero field set to the default its
-// doc comment names: the one place join's defaults are applied.
-func (c Config) withDefaults() Config {
-	c.Topics = c.Topics.WithDefaults()
-	c.Fields = c.Fields.WithDefaults()
-	defDur := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	defDur(&c.MaxTaskIdle, time.Second)
-	defDur(&c.CommitInterval, time.Second)
-	defDur(&c.FetchMaxWait, 250*time.Millisecond)
-	defDur(&c.RemoteTimeout, 5*time.Second)
-	defDur(&c.HistoryRetention, time.Hour)
-	defDur(&c.StallTimeout, time.Minute)
-	if c.BulkRestoreMin == 0 {
-		c.BulkRestoreMin = restoreLoadMin
-	}
-	if c.MaxRecordBytes <= 0 {
-		c.MaxRecordBytes = record.DefaultMaxRecordBytes
-	}
-	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
 }
 
 // NewProcessor validates cfg and builds a Processor.
@@ -280,11 +212,6 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	cfg = cfg.withDefaults()
 	w := &Processor{
 		cfg:      cfg,
-		log:      cfg.Logger.With("instance", cfg.InstanceID),
-		alerts:   record.NewAlertEncoder(cfg.InstanceID),
-		dec:      record.NewDecoder(cfg.Fields, cfg.MaxRecordBytes),
-		lateLog:  lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
-		outLog:   lograte.New(cfg.Logger.With("instance", cfg.InstanceID), lograte.DefaultInterval),
 		states:   map[int]*stateTask{},
 		standbys: map[int]*stateTask{},
 		procs:    map[int]*processTask{},
@@ -295,7 +222,10 @@ func NewProcessor(cfg Config) (*Processor, error) {
 		w.reg = prometheus.NewRegistry()
 		reg = w.reg
 	}
-	w.metrics = NewMetrics(reg)
+	w.taskEnv.init(cfg, cfg.Logger.With("instance", cfg.InstanceID), NewMetrics(reg))
+	w.peers = w
+	w.status = &w.statusState
+	w.taskGauges = w.updateTaskGauges
 	w.registerFaultMetrics(reg)
 	w.loadPartitionCounts()
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
@@ -358,111 +288,108 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	if a.Error != "" {
 		w.log.Error("the group leader could not plan an assignment; this member holds no tasks until it can", "generation", a.Generation, "err", a.Error)
 	}
-	wantState := a.Topics[w.cfg.Topics.Market]
-	wantProc := a.Topics[w.cfg.Topics.Notifications]
-
-	// A task whose state and notifications are both here runs merged; a
-	// task that changes between merged and not is restarted. A task that
-	// is active here is not a standby here too.
-	inState, inProc := taskSet(wantState), taskSet(wantProc)
-	colocated := func(p int) bool { return inState[p] && inProc[p] }
-	inStandby, warm := map[int]bool{}, taskSet(a.Warmup)
-	var wantStandby []int
-	for _, p := range a.Standby {
-		if !inState[p] && !inProc[p] && !inStandby[p] {
-			inStandby[p] = true
-			wantStandby = append(wantStandby, p)
-		}
-	}
+	// Work out the changes, and take the tasks that stop out of the
+	// running ones.
 	w.mu.Lock()
-	wasActive := w.activeLocked()
 	prev := w.assignment
-	var stopProcs []*processTask
-	for p, t := range w.procs {
-		if !inProc[p] || (t.st != nil) != colocated(p) {
-			stopProcs = append(stopProcs, t)
-			delete(w.procs, p)
-		}
+	plan := planTasks(w.runningLocked(), wantedOf(a, w.cfg.Topics))
+	stop := w.detachLocked(&plan)
+	w.mu.Unlock()
+	w.metrics.TasksRevoked.Add(float64(len(plan.revoked)))
+	w.metrics.TasksAssigned.Add(float64(len(plan.assigned)))
+	w.recordRebalance(prev, a, plan.assigned, plan.revoked)
+
+	// Pause the active tasks that stop, commit their final offsets, then
+	// dispose of their stores: kept for a role they take here, else
+	// closed and deleted.
+	began := time.Now()
+	w.pause(ctx, stop.procs)
+	w.stopTasks(ctx, stop)
+	kept := w.dispose(&plan, stop)
+	for range plan.paused() {
+		w.metrics.RebalancePause.Observe(time.Since(began).Seconds())
 	}
-	var stopStates []*stateTask
-	for p, t := range w.states {
-		if !inState[p] || t.merged != colocated(p) {
-			stopStates = append(stopStates, t)
-			delete(w.states, p)
-		}
+	if plan.stops() {
+		w.log.Info("tasks revoked", "state", plan.stopState, "process", plan.stopProc, "standby", plan.stopStandby,
+			"paused_seconds", time.Since(began).Seconds())
 	}
-	var stopStandbys []*stateTask
-	for p, t := range w.standbys {
-		if !inStandby[p] {
-			stopStandbys = append(stopStandbys, t)
-			delete(w.standbys, p)
-		} else {
-			t.setRole(warm[p])
-		}
+
+	// Start the new tasks.
+	states, standbys := w.startTasks(ctx, a, &plan, kept)
+	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
+		"state_tasks", a.Topics[w.cfg.Topics.Market], "process_tasks", a.Topics[w.cfg.Topics.Notifications], "standby_tasks", plan.standby, "warmup_tasks", a.Warmup,
+		"new_state_tasks", taskIDs(states), "new_standby_tasks", taskIDs(standbys))
+}
+
+// stoppingTasks are the tasks an assignment stops (taskPlan).
+type stoppingTasks struct {
+	procs            []*processTask
+	states, standbys []*stateTask
+}
+
+// detachLocked takes the tasks plan stops out of the running ones, sets
+// the roles of the standbys that stay, and lists the paused tasks on the
+// status page until they are handed over; w.mu is held.
+func (w *Processor) detachLocked(plan *taskPlan) stoppingTasks {
+	var stop stoppingTasks
+	for _, p := range plan.stopProc {
+		stop.procs = append(stop.procs, w.procs[p])
+		delete(w.procs, p)
 	}
-	// The tasks paused below stay on the status page until they are
-	// handed over.
+	for _, p := range plan.stopState {
+		stop.states = append(stop.states, w.states[p])
+		delete(w.states, p)
+	}
+	for _, p := range plan.stopStandby {
+		stop.standbys = append(stop.standbys, w.standbys[p])
+		delete(w.standbys, p)
+	}
+	for p, warm := range plan.roles {
+		w.standbys[p].setRole(warm)
+	}
 	w.handover = map[int]handoverTask{}
-	for _, t := range stopProcs {
+	for _, t := range stop.procs {
 		w.handover[t.p] = handoverTask{pt: t, st: t.st}
 	}
-	for _, t := range stopStates {
+	for _, t := range stop.states {
 		h := w.handover[t.p]
 		h.st = t
 		w.handover[t.p] = h
 	}
-	w.mu.Unlock()
-	nowActive := map[int]bool{}
-	for p := range inState {
-		nowActive[p] = true
-	}
-	for p := range inProc {
-		nowActive[p] = true
-	}
-	var revoked, assigned []int
-	for p := range wasActive {
-		if !nowActive[p] {
-			revoked = append(revoked, p)
-		}
-	}
-	for p := range nowActive {
-		if !wasActive[p] {
-			assigned = append(assigned, p)
-		}
-	}
-	w.metrics.TasksRevoked.Add(float64(len(revoked)))
-	w.metrics.TasksAssigned.Add(float64(len(assigned)))
-	w.recordRebalance(prev, a, assigned, revoked)
+	return stop
+}
 
-	// Pause the active tasks that stop, commit them, then dispose of their
-	// stores: kept for a role they take here, else closed and deleted.
-	began := time.Now()
-	w.pause(ctx, stopProcs)
-	for _, t := range stopProcs {
+// stopTasks stops the tasks of stop (the process tasks paused), and
+// commits the final offsets of the active ones in this generation.
+func (w *Processor) stopTasks(ctx context.Context, stop stoppingTasks) {
+	for _, t := range stop.procs {
 		w.stopTask(t, t.stopped)
 		w.metrics.TaskLag.DeleteLabelValues(taskLabel(t.p))
 		w.metrics.TaskStalled.DeleteLabelValues(taskLabel(t.p))
 	}
-	for _, t := range stopStates {
+	for _, t := range stop.states {
 		w.stopTask(t, t.stopped)
 	}
-	if len(stopProcs)+len(stopStates) > 0 {
-		if err := w.commitFinal(ctx, stopProcs, stopStates); err != nil {
+	if len(stop.procs)+len(stop.states) > 0 {
+		if err := w.commitFinal(ctx, stop.procs, stop.states); err != nil {
 			w.log.Warn("committing the offsets of stopped tasks failed; their next owners may process some notifications again",
-				"state", taskIDs(stopStates), "process", taskIDs(stopProcs), "err", err)
+				"state", taskIDs(stop.states), "process", taskIDs(stop.procs), "err", err)
 		}
 	}
-	for _, t := range stopStandbys {
+	for _, t := range stop.standbys {
 		w.stopTask(t, t.stopped)
 		w.metrics.StandbyLag.DeleteLabelValues(taskLabel(t.p))
 	}
-	// kept are the stores handed from a stopped task to the new one of
-	// the same task; copies are those that were standby or warm-up copies.
-	kept, copies := map[int]*statestore.Store{}, map[int]bool{}
-	for _, t := range slices.Concat(stopStates, stopStandbys) {
-		if inState[t.p] || inStandby[t.p] {
+}
+
+// dispose returns the stores of the stopped state and standby tasks that
+// plan hands over to the task's new role here, and closes and deletes
+// the others.
+func (w *Processor) dispose(plan *taskPlan, stop stoppingTasks) map[int]*statestore.Store {
+	kept := map[int]*statestore.Store{}
+	for _, t := range slices.Concat(stop.states, stop.standbys) {
+		if _, ok := plan.handover[t.p]; ok {
 			kept[t.p] = t.store
-			copies[t.p] = t.isStandby()
 			continue
 		}
 		if err := t.close(); err != nil {
@@ -475,26 +402,24 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 			w.log.Warn("removing the store of a revoked task", "task", t.p, "err", err)
 		}
 	}
-	paused := map[int]bool{}
-	for _, t := range stopProcs {
-		paused[t.p] = true
-	}
-	for _, t := range stopStates {
-		paused[t.p] = true
-	}
-	for range paused {
-		w.metrics.RebalancePause.Observe(time.Since(began).Seconds())
-	}
-	if len(stopProcs)+len(stopStates)+len(stopStandbys) > 0 {
-		w.log.Info("tasks revoked", "state", taskIDs(stopStates), "process", taskIDs(stopProcs), "standby", taskIDs(stopStandbys),
-			"paused_seconds", time.Since(began).Seconds())
-	}
+	return kept
+}
 
-	// Build the new tasks, publish them with the assignment in one step
-	// (so /readyz never sees a half-applied assignment), then start them.
-	var newStates, newStandbys []*stateTask
-	var newProcs []*processTask
-	fresh := map[int]*stateTask{}
+// paused are the tasks whose active tasks the plan pauses (each observes
+// joiner_rebalance_pause_seconds once).
+func (p *taskPlan) paused() map[int]bool {
+	out := taskSet(p.stopProc)
+	for _, q := range p.stopState {
+		out[q] = true
+	}
+	return out
+}
+
+// startTasks builds the new tasks of plan on their stores (kept: handed
+// over; else opened), publishes them with the assignment a in one step
+// (so /readyz never sees a half-applied assignment), then starts them. It
+// returns the state and standby tasks started.
+func (w *Processor) startTasks(ctx context.Context, a group.Assignment, plan *taskPlan, kept map[int]*statestore.Store) (states, standbys []*stateTask) {
 	storeOf := func(p int) (*statestore.Store, error) {
 		if s := kept[p]; s != nil {
 			delete(kept, p)
@@ -502,48 +427,41 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 		}
 		return w.openStore(ctx, p)
 	}
+	var procs []*processTask
+	fresh := map[int]*stateTask{}
 	w.mu.RLock()
-	for _, p := range wantState {
-		if _, ok := w.states[p]; ok {
-			continue
-		}
-		store, err := storeOf(p)
+	for _, s := range plan.startState {
+		store, err := storeOf(s.p)
 		if err != nil {
-			w.storeFaultLocked(p, err)
+			w.storeFaultLocked(s.p, err)
 			continue
 		}
-		st := newStateTask(w, p, store, colocated(p))
-		st.fromCopy = copies[p]
-		newStates = append(newStates, st)
-		fresh[p] = st
+		st := newStateTask(&w.taskEnv, s.p, store, s.merged)
+		st.fromCopy = s.fromCopy
+		states = append(states, st)
+		fresh[s.p] = st
 	}
-	for _, p := range wantProc {
-		if _, ok := w.procs[p]; ok {
-			continue
-		}
+	for _, s := range plan.startProc {
 		var st *stateTask
-		if colocated(p) {
-			if st = w.states[p]; st == nil {
-				st = fresh[p]
+		if s.merged {
+			if st = w.states[s.p]; st == nil {
+				st = fresh[s.p]
 			}
 			if st == nil {
 				continue // its store failed to open: not processed here (restore_faults.go)
 			}
 		}
-		newProcs = append(newProcs, newProcessTask(w, p, st))
+		procs = append(procs, newProcessTask(&w.taskEnv, s.p, st))
 	}
-	for _, p := range wantStandby {
-		if _, ok := w.standbys[p]; ok {
-			continue
-		}
-		store, err := storeOf(p)
+	for _, s := range plan.startStandby {
+		store, err := storeOf(s.p)
 		if err != nil {
 			// A standby is an optimisation: without it the task's next
 			// owner restores more. It is tried again at the next rebalance.
-			w.log.Warn("cannot open the store of a standby task; this member keeps no copy of it", "task", p, "err", err)
+			w.log.Warn("cannot open the store of a standby task; this member keeps no copy of it", "task", s.p, "err", err)
 			continue
 		}
-		newStandbys = append(newStandbys, newStandbyTask(w, p, store, warm[p]))
+		standbys = append(standbys, newStandbyTask(&w.taskEnv, s.p, store, s.warm))
 	}
 	w.mu.RUnlock()
 	for p, s := range kept { // not taken by a new task (cannot happen): do not leak it open
@@ -556,28 +474,26 @@ func (w *Processor) Assigned(ctx context.Context, a group.Assignment) {
 	w.assigned = true
 	w.assignment = a
 	w.handover = nil
-	for _, st := range newStates {
+	for _, st := range states {
 		w.states[st.p] = st
 	}
-	for _, st := range newStandbys {
+	for _, st := range standbys {
 		w.standbys[st.p] = st
 	}
-	for _, pt := range newProcs {
+	for _, pt := range procs {
 		w.procs[pt.p] = pt
 	}
 	w.mu.Unlock()
-	w.restores.Add(int64(len(newStates)))
-	for _, st := range slices.Concat(newStates, newStandbys) {
+	w.restores.Add(int64(len(states)))
+	for _, st := range slices.Concat(states, standbys) {
 		w.startTask(st, st.run)
 	}
-	for _, pt := range newProcs {
+	for _, pt := range procs {
 		w.startTask(pt, pt.run)
 	}
 	w.retryStores()
 	w.updateTaskGauges()
-	w.log.Info("assignment applied", "generation", a.Generation, "leader", a.Leader, "moved", a.Moved,
-		"state_tasks", wantState, "process_tasks", wantProc, "standby_tasks", wantStandby, "warmup_tasks", a.Warmup,
-		"new_state_tasks", taskIDs(newStates), "new_standby_tasks", taskIDs(newStandbys))
+	return states, standbys
 }
 
 // Held returns every task whose store this member holds, active, standby

@@ -92,8 +92,15 @@ func TestAssignedDiff(t *testing.T) {
 // TestJoinAndCommitOnFakes: a merged task joins every notification with
 // the price as of its time, writes the alerts and a dead letter, and the
 // commit covers exactly what was written.
-func TestJoinAndCommitOnFakes(t *testing.T) {
+func TestJoinAndCommitOnFakes(t *testing.T) { joinAndCommitOnFakes(t, "") }
+
+// joinAndCommitOnFakes is TestJoinAndCommitOnFakes with the restores of
+// mode (restoreMode; "": the default).
+func joinAndCommitOnFakes(t *testing.T, mode string) {
 	r := newFakeRig(t)
+	if mode != "" {
+		restoreMode(t, &r.w.taskEnv, mode)
+	}
 	s := symbolOf(t, 0, 2)
 	r.f.produce("market", 0, 1000, s, tickJSON(s, 1))
 	r.f.produce("market", 0, 2000, s, tickJSON(s, 2))

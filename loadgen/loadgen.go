@@ -138,38 +138,65 @@ func Symbols(n int) []string {
 	return out
 }
 
-// Run produces the ticks, then the notifications.
-func Run(ctx context.Context, cfg Config) (Summary, error) {
-	if cfg.MarketTopic == "" {
-		cfg.MarketTopic = record.DefaultMarketTopic
-	}
-	if cfg.NotificationsTopic == "" {
-		cfg.NotificationsTopic = record.DefaultNotificationsTopic
-	}
-	if cfg.Symbols == 0 {
-		cfg.Symbols = 10
-	}
-	if cfg.Seed == 0 {
-		cfg.Seed = 1
-	}
-	if cfg.Progress == nil {
-		cfg.Progress = io.Discard
-	}
-	if cfg.RetryTimeout <= 0 {
-		cfg.RetryTimeout = DefaultRetryTimeout
-	}
+// The defaults of Config's zero fields, applied by withDefaults (and
+// DefaultRetryTimeout).
+const (
+	DefaultSymbols = 10
+	DefaultSeed    = 1
+)
+
+// Validate reports the first problem of c: a negative count, rate or
+// duration, AbortEvery without Transactional, or no brokers to write to.
+// Zero values take their defaults (withDefaults).
+func (c Config) Validate() error {
 	switch {
-	case cfg.Symbols < 0, cfg.TicksPerSymbol < 0, cfg.NotificationsPerSymbol < 0, cfg.Malformed < 0:
-		return Summary{}, errors.New("loadgen: counts must not be negative")
-	case cfg.Rate < 0 || math.IsNaN(cfg.Rate):
-		return Summary{}, errors.New("loadgen: rate must be 0 (as fast as possible) or positive")
-	case cfg.OutOfOrder < 0 || cfg.NotificationBytes < 0:
-		return Summary{}, errors.New("loadgen: OutOfOrder and NotificationBytes must not be negative")
-	case cfg.AbortEvery < 0 || cfg.AbortEvery > 0 && !cfg.Transactional:
-		return Summary{}, errors.New("loadgen: AbortEvery must not be negative, and needs Transactional")
-	case cfg.Transactional && len(cfg.Brokers) == 0:
-		return Summary{}, errors.New("loadgen: a transactional run needs Brokers")
+	case c.Symbols < 0, c.TicksPerSymbol < 0, c.NotificationsPerSymbol < 0, c.Malformed < 0:
+		return errors.New("loadgen: counts must not be negative")
+	case c.Rate < 0 || math.IsNaN(c.Rate):
+		return errors.New("loadgen: rate must be 0 (as fast as possible) or positive")
+	case c.OutOfOrder < 0 || c.NotificationBytes < 0:
+		return errors.New("loadgen: OutOfOrder and NotificationBytes must not be negative")
+	case c.AbortEvery < 0 || c.AbortEvery > 0 && !c.Transactional:
+		return errors.New("loadgen: AbortEvery must not be negative, and needs Transactional")
+	case c.Transactional && len(c.Brokers) == 0:
+		return errors.New("loadgen: a transactional run needs Brokers")
+	case !c.Transactional && c.Writer == nil && len(c.Brokers) == 0:
+		return errors.New("loadgen: no brokers given")
 	}
+	return nil
+}
+
+// withDefaults returns c with every zero field set to the default its doc
+// comment names: the one place loadgen's defaults are applied.
+func (c Config) withDefaults() Config {
+	if c.MarketTopic == "" {
+		c.MarketTopic = record.DefaultMarketTopic
+	}
+	if c.NotificationsTopic == "" {
+		c.NotificationsTopic = record.DefaultNotificationsTopic
+	}
+	if c.Symbols == 0 {
+		c.Symbols = DefaultSymbols
+	}
+	if c.Seed == 0 {
+		c.Seed = DefaultSeed
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.RetryTimeout <= 0 {
+		c.RetryTimeout = DefaultRetryTimeout
+	}
+	return c
+}
+
+// Run produces the ticks, then the notifications, then the malformed
+// records.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return Summary{}, err
+	}
+	cfg = cfg.withDefaults()
 	var txn *txnWriter
 	if cfg.Transactional {
 		var err error
@@ -180,9 +207,6 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	w := cfg.Writer
 	if txn == nil && w == nil { // a transactional run writes through txn
-		if len(cfg.Brokers) == 0 {
-			return Summary{}, errors.New("loadgen: no brokers given")
-		}
 		w = NewWriter(cfg.Brokers)
 		if cfg.Transport != nil {
 			w.Transport = cfg.Transport
@@ -193,51 +217,15 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	total := cfg.Symbols*(cfg.TicksPerSymbol+cfg.NotificationsPerSymbol) + cfg.Malformed
 	p := &producer{w: w, txn: txn, rate: cfg.Rate, total: total, out: cfg.Progress, start: time.Now(), lastReport: time.Now(), retryTimeout: cfg.RetryTimeout}
 	sum := Summary{LastPrice: make(map[string]float64, len(syms))}
-	prices := newWalk(cfg.Seed, len(syms))
-	late := rand.New(rand.NewPCG(cfg.Seed, 0x1a7e))
-	for k := 0; k < cfg.TicksPerSymbol; k++ {
-		for i, s := range syms {
-			price := prices.tick(i)
-			sum.LastPrice[s] = price
-			v := cfg.Fields.AppendTick(nil, record.Tick{Symbol: s, Price: price})
-			m := kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}
-			if cfg.OutOfOrder > 0 {
-				m.Time = time.Now().Add(-time.Duration(late.Int64N(int64(cfg.OutOfOrder) + 1)))
-			}
-			if err := p.add(ctx, m); err != nil {
-				return sum, err
-			}
-			sum.Ticks++
-		}
+	if err := produceTicks(ctx, cfg, p, syms, &sum); err != nil {
+		return sum, err
 	}
 	// Every tick is acknowledged before the first notification.
 	if err := p.flush(ctx); err != nil {
 		return sum, err
 	}
-	for k := 0; k < cfg.NotificationsPerSymbol; k++ {
-		for i, s := range syms {
-			n := NotificationOf(cfg.RunID, syms, i, k)
-			v := NotificationValue(cfg, &n, sum.Notifications)
-			m := kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}
-			if cfg.Headers {
-				m.Headers = NotificationHeaders(sum.Notifications)
-			}
-			if err := p.add(ctx, m); err != nil {
-				return sum, err
-			}
-			sum.Notifications++
-			if !cfg.DropIDs {
-				sum.NotificationIDs = append(sum.NotificationIDs, n.ID)
-			}
-		}
-	}
-	bad := []string{`{"id":"bad","symbol":`, `{"id":"bad"}`, `{"id":"bad","symbol":42}`, `not json`}
-	for k := 0; k < cfg.Malformed; k++ {
-		s := syms[k%len(syms)]
-		if err := p.add(ctx, kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: []byte(bad[k%len(bad)])}); err != nil {
-			return sum, err
-		}
-		sum.Malformed++
+	if err := produceNotifications(ctx, cfg, p, syms, &sum); err != nil {
+		return sum, err
 	}
 	if err := p.flush(ctx); err != nil {
 		return sum, err
@@ -253,6 +241,61 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			sum.Transactions, sum.AbortedTicks, sum.AbortedNotifications)
 	}
 	return sum, nil
+}
+
+// produceTicks writes cfg.TicksPerSymbol rounds of one tick per symbol,
+// counting them in sum.
+func produceTicks(ctx context.Context, cfg Config, p *producer, syms []string, sum *Summary) error {
+	prices := newWalk(cfg.Seed, len(syms))
+	late := rand.New(rand.NewPCG(cfg.Seed, 0x1a7e))
+	for k := 0; k < cfg.TicksPerSymbol; k++ {
+		for i, s := range syms {
+			price := prices.tick(i)
+			sum.LastPrice[s] = price
+			v := cfg.Fields.AppendTick(nil, record.Tick{Symbol: s, Price: price})
+			m := kafka.Message{Topic: cfg.MarketTopic, Key: []byte(s), Value: v}
+			if cfg.OutOfOrder > 0 {
+				m.Time = time.Now().Add(-time.Duration(late.Int64N(int64(cfg.OutOfOrder) + 1)))
+			}
+			if err := p.add(ctx, m); err != nil {
+				return err
+			}
+			sum.Ticks++
+		}
+	}
+	return nil
+}
+
+// produceNotifications writes cfg.NotificationsPerSymbol rounds of one
+// notification per symbol, then cfg.Malformed malformed ones, counting
+// them in sum.
+func produceNotifications(ctx context.Context, cfg Config, p *producer, syms []string, sum *Summary) error {
+	for k := 0; k < cfg.NotificationsPerSymbol; k++ {
+		for i, s := range syms {
+			n := NotificationOf(cfg.RunID, syms, i, k)
+			v := NotificationValue(cfg, &n, sum.Notifications)
+			m := kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: v}
+			if cfg.Headers {
+				m.Headers = NotificationHeaders(sum.Notifications)
+			}
+			if err := p.add(ctx, m); err != nil {
+				return err
+			}
+			sum.Notifications++
+			if !cfg.DropIDs {
+				sum.NotificationIDs = append(sum.NotificationIDs, n.ID)
+			}
+		}
+	}
+	bad := []string{`{"id":"bad","symbol":`, `{"id":"bad"}`, `{"id":"bad","symbol":42}`, `not json`}
+	for k := 0; k < cfg.Malformed; k++ {
+		s := syms[k%len(syms)]
+		if err := p.add(ctx, kafka.Message{Topic: cfg.NotificationsTopic, Key: []byte(s), Value: []byte(bad[k%len(bad)])}); err != nil {
+			return err
+		}
+		sum.Malformed++
+	}
+	return nil
 }
 
 // NotificationValue is the value Run writes for notification n, the

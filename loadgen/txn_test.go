@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/fetch"
-	"github.com/joiner-dev/joiner/internal/testkit/realkafka"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/joiner-dev/joiner/testsupport/testkit/realkafka"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )

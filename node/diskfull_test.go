@@ -45,9 +45,9 @@ func TestRunStopsWhileAStoreOpenHangs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	n, err := New(ctx, Config{
-		Brokers: []string{client.Addr.String()}, StateDirs: []string{t.TempDir()}, HTTPAddr: "127.0.0.1:0",
-		InstanceID: "w1", StoreFS: fs, StoreOpenTimeout: time.Hour,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Brokers: []string{client.Addr.String()}, HTTPAddr: "127.0.0.1:0", InstanceID: "w1",
+		StoreOptions: StoreOptions{Dirs: []string{t.TempDir()}, FS: fs, OpenTimeout: time.Hour},
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

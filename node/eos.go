@@ -29,13 +29,13 @@ func (n *Node) exactlyOnce(ctx context.Context, maxBytes map[string]int) (eosWir
 		return w, nil
 	}
 	if w.commitInterval <= 0 {
-		w.commitInterval = 100 * time.Millisecond
+		w.commitInterval = join.DefaultExactlyOnceCommitInterval
 	}
 	w.client = fetch.CommittedClient{Client: n.client}
 	id := join.TransactionalID(cfg.Group, cfg.InstanceID)
 	timeout := cfg.TransactionTimeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = join.DefaultTransactionTimeout
 	}
 	newProducer := func(ctx context.Context) (join.Transactional, error) {
 		p, err := produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport, TopicMaxBytes: maxBytes,

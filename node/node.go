@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/httpapi"
 	"github.com/joiner-dev/joiner/internal/fielderr"
@@ -28,27 +27,45 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
+// The defaults of Config's own zero fields, applied by withDefaults; the
+// embedded configs' defaults are their packages' (join.Default*,
+// group.Default*, statestore.Default*).
+const (
+	DefaultGroup    = "joiner"
+	DefaultHTTPAddr = ":8080"
+)
+
+// JoinConfig, MemberConfig and StoreOptions are the configs of the
+// worker, its group member and its stores, embedded in Config under
+// these names.
+type (
+	JoinConfig   = join.Config
+	MemberConfig = group.Config
+	StoreOptions = statestore.Options
+)
+
 // Config configures a node. Zero values take the defaults shown.
+//
+// The settings of the worker (join), its group member (group) and its
+// stores (statestore) are their own Configs, embedded: their fields are
+// Config's (cfg.MaxTaskIdle, cfg.SessionTimeout, cfg.Dirs, ...), with
+// their packages' defaults and validation. The fields they share, and the
+// wiring between them, are Config's own: Brokers, Group, InstanceID,
+// Topics and Logger are given to each; New sets join's Client, Writer,
+// Stores, MaxMessageBytes, HTTPClient and Registerer and group's Client,
+// GroupID, QueryAddr, Handler, Owned and Held itself (what is given there
+// is ignored).
 type Config struct {
 	// Brokers are bootstrap addresses. Required.
 	Brokers []string
-	// Group is the consumer group id. Default: joiner.
+	// Group is the consumer group id. Default: DefaultGroup.
 	Group string
 	// InstanceID is the stable member identity. Default: the hostname.
 	InstanceID string
 	Topics     record.Topics
 
-	// StateDirs hold the task stores (<dir>/<group>/task-<p>). Required.
-	StateDirs []string
-	// Placement of new task stores across StateDirs: "free-bytes" or
-	// "tasks". Default: free-bytes.
-	Placement string
-	// CacheBytes is the block cache shared by the node's stores.
-	// Default: 256 MiB.
-	CacheBytes int64
-
 	// HTTPAddr is where /metrics, /healthz, /readyz and /v1/prices listen.
-	// Default: :8080. Port 0 picks a free port.
+	// Default: DefaultHTTPAddr. Port 0 picks a free port.
 	HTTPAddr string
 	// AdvertiseAddr is host:port other members use to reach this node's
 	// HTTP listener. Default: the hostname (or 127.0.0.1 when HTTPAddr has
@@ -70,63 +87,34 @@ type Config struct {
 	// (capped, jittered backoff) before it fails. Default:
 	// DefaultStartupTimeout.
 	StartupTimeout time.Duration
-	// StartOffset is where notifications partitions with no committed
-	// offset start: "earliest" (default) or "latest".
-	StartOffset string
-	// CorruptRetention is how long moved-aside task stores are kept.
-	// Default: statestore.DefaultCorruptRetention.
-	CorruptRetention time.Duration
-	// MinFreeBytes is the free space a state dir needs before a task
-	// store opens there; below it the task fails here and is released.
-	// Default: statestore.DefaultMinFreeBytes; negative: no check.
-	MinFreeBytes int64
-	// StoreOpenTimeout bounds the open of a task store (Pebble's WAL
-	// replay); one that does not return in time fails the task here.
-	// Default: statestore.DefaultOpenTimeout.
-	StoreOpenTimeout time.Duration
-	// StoreFS is the filesystem of the task stores. Default: the OS's.
-	// Tests inject faults with it.
-	StoreFS vfs.FS
 
-	Assignor          string
-	SessionTimeout    time.Duration
-	RebalanceTimeout  time.Duration
-	HeartbeatInterval time.Duration
-	// LeaveOnShutdown leaves the group when Run stops (scale-down);
-	// default false: a static member's tasks wait for it until the
-	// session timeout (see group.Config.LeaveOnShutdown).
-	LeaveOnShutdown bool
-	// StandbyReplicas, AcceptableRecoveryLag, MaxWarmupReplicas and
-	// ProbingRebalanceInterval are the leader's high-availability rules
-	// (see group.Config); zero values turn each off (the interval
-	// defaults to 10m).
-	StandbyReplicas          int
-	AcceptableRecoveryLag    int64
-	MaxWarmupReplicas        int
-	ProbingRebalanceInterval time.Duration
-	MaxTaskIdle              time.Duration
-	// CommitInterval is how often offsets are committed (under
-	// exactly-once: how often a transaction commits). Default: 1s, 100ms
-	// with ExactlyOnce.
-	CommitInterval time.Duration
+	// JoinConfig is the worker's: Fields, Grace, MaxTaskIdle,
+	// CommitInterval, StallTimeout, HistoryRetention, BulkRestoreMin,
+	// StartOffset, ... (see join.Config).
+	JoinConfig
+	// MemberConfig is the group member's: Assignor, SessionTimeout,
+	// RebalanceTimeout, HeartbeatInterval, LeaveOnShutdown (default
+	// false: a static member's tasks wait for it until the session
+	// timeout) and the leader's high-availability rules Standbys,
+	// AcceptableRecoveryLag, MaxWarmupReplicas and
+	// ProbingRebalanceInterval (see group.Config).
+	MemberConfig
+	// StoreOptions is the task stores' (<dir>/<group>/task-<p>): Dirs
+	// (required), Placement, CacheBytes, CorruptRetention, MinFreeBytes,
+	// OpenTimeout and FS, the filesystem tests inject faults with (see
+	// statestore.Options).
+	StoreOptions
 	// ExactlyOnce turns on exactly-once processing (join.ExactlyOnce):
 	// one transactional producer, with join.TransactionalID of Group and
 	// InstanceID, and one transaction per commit holding the alerts, the
-	// dead letters and the offsets; both inputs read read_committed.
+	// dead letters and the offsets; both inputs read read_committed. The
+	// commit interval (JoinConfig.CommitInterval) then defaults to
+	// join.DefaultExactlyOnceCommitInterval.
 	ExactlyOnce bool
-	// TransactionTimeout bounds an open transaction (the coordinator
-	// aborts one open longer). Default: 10s.
+	// TransactionTimeout bounds an open transaction under ExactlyOnce
+	// (the coordinator aborts one open longer). Default:
+	// join.DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
-	// StallTimeout: see join.Config.StallTimeout. Default: 1m.
-	StallTimeout time.Duration
-	// Fields and Grace: see join.Config.Fields and join.Config.Grace.
-	Fields record.Fields
-	Grace  time.Duration
-	// HistoryRetention: see join.Config.HistoryRetention. Default: 1h.
-	HistoryRetention time.Duration
-	// BulkRestoreMin: see join.Config.BulkRestoreMin. Default:
-	// join.DefaultBulkRestoreMin; negative: never.
-	BulkRestoreMin int64
 
 	// Transport carries every Kafka request of the node: the group
 	// client, the fetchers, the producer and the admin calls. Give it the
@@ -159,6 +147,46 @@ type Config struct {
 	FieldName func(field string) string
 }
 
+// Validate reports the first problem of c's own fields: no Brokers, no
+// Dirs. The embedded configs are validated by their packages when New
+// builds the stores, the worker and the member.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return fielderr.Errorf("no brokers given (set {Brokers})")
+	}
+	if len(c.Dirs) == 0 {
+		return fielderr.Errorf("no state dir given (set {Dirs})")
+	}
+	return nil
+}
+
+// withDefaults returns c with its own zero fields set to their defaults
+// and the shared ones (Group, InstanceID, Topics, Logger) given to the
+// embedded configs: the one place node's defaults are applied.
+func (c Config) withDefaults() (Config, error) {
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.InstanceID == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return c, fielderr.Errorf("no instance id given and the hostname is unknown (%v): set {InstanceID}", err)
+		}
+		c.InstanceID = h
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Topics = c.Topics.WithDefaults()
+	c.JoinConfig.InstanceID, c.JoinConfig.Topics, c.JoinConfig.Logger = c.InstanceID, c.Topics, c.Logger
+	c.MemberConfig.GroupID, c.MemberConfig.InstanceID, c.MemberConfig.Topics, c.MemberConfig.Logger = c.Group, c.InstanceID, c.Topics, c.Logger
+	c.StoreOptions.Group, c.StoreOptions.InstanceID = c.Group, c.InstanceID
+	return c, nil
+}
+
 // Node is one running worker. Build it with New, run it with Run.
 type Node struct {
 	cfg      Config
@@ -180,29 +208,12 @@ type Node struct {
 // builds the worker and its group member. It refuses topics that are not
 // co-partitioned. Call Run, or Close when not running it.
 func New(ctx context.Context, cfg Config) (_ *Node, err error) {
-	if len(cfg.Brokers) == 0 {
-		return nil, fielderr.Errorf("no brokers given (set {Brokers})")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if len(cfg.StateDirs) == 0 {
-		return nil, fielderr.Errorf("no state dir given (set {StateDirs})")
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return nil, err
 	}
-	if cfg.Group == "" {
-		cfg.Group = "joiner"
-	}
-	if cfg.InstanceID == "" {
-		h, err := os.Hostname()
-		if err != nil || h == "" {
-			return nil, fielderr.Errorf("no instance id given and the hostname is unknown (%v): set {InstanceID}", err)
-		}
-		cfg.InstanceID = h
-	}
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = ":8080"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.Topics = cfg.Topics.WithDefaults()
 	n := &Node{cfg: cfg, log: cfg.Logger.With("instance", cfg.InstanceID)}
 	defer func() {
 		if err != nil {
@@ -223,20 +234,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.log.Info("topics are co-partitioned", "market", cfg.Topics.Market, "notifications", cfg.Topics.Notifications, "partitions", parts)
 	n.logReplay(ctx, parts)
 
-	n.stores, err = statestore.Open(statestore.Options{
-		Dirs:       cfg.StateDirs,
-		Group:      cfg.Group,
-		CacheBytes: cfg.CacheBytes,
-		Placement:  cfg.Placement,
-		Logger:     n.log,
-
-		InstanceID:       cfg.InstanceID,
-		CorruptRetention: cfg.CorruptRetention,
-		MinFreeBytes:     cfg.MinFreeBytes,
-		OpenTimeout:      cfg.StoreOpenTimeout,
-		FS:               cfg.StoreFS,
-	})
-	if err != nil {
+	stores := cfg.StoreOptions
+	stores.Logger = n.log
+	if n.stores, err = statestore.Open(stores); err != nil {
 		return nil, err
 	}
 	if n.listener == nil { // bootstrap opens it when it has to wait
@@ -268,53 +268,21 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.worker, err = join.NewProcessor(join.Config{
-		Client:           eos.client,
-		Writer:           n.writer,
-		Stores:           n.stores,
-		InstanceID:       cfg.InstanceID,
-		Topics:           cfg.Topics,
-		Fields:           cfg.Fields,
-		Grace:            cfg.Grace,
-		MaxTaskIdle:      cfg.MaxTaskIdle,
-		CommitInterval:   eos.commitInterval,
-		StallTimeout:     cfg.StallTimeout,
-		HistoryRetention: cfg.HistoryRetention,
-		BulkRestoreMin:   cfg.BulkRestoreMin,
-		MaxMessageBytes:  maxBytes,
-		HTTPClient:       n.peer.client(),
-		StartOffset:      cfg.StartOffset,
-		Registerer:       n.reg,
-		Logger:           cfg.Logger,
-	})
-	if err != nil {
+	jc := cfg.JoinConfig
+	jc.Client, jc.Writer, jc.Stores, jc.MaxMessageBytes = eos.client, n.writer, n.stores, maxBytes
+	jc.CommitInterval = eos.commitInterval
+	jc.HTTPClient, jc.Registerer = n.peer.client(), n.reg
+	if n.worker, err = join.NewProcessor(jc); err != nil {
 		return nil, err
 	}
 	if err := eos.enable(n.worker); err != nil {
 		return nil, err
 	}
 	n.status = n.newStatusPage()
-	n.member, err = group.New(group.Config{
-		Client:                   n.client,
-		GroupID:                  cfg.Group,
-		InstanceID:               cfg.InstanceID,
-		QueryAddr:                n.addr,
-		Topics:                   cfg.Topics,
-		Assignor:                 cfg.Assignor,
-		SessionTimeout:           cfg.SessionTimeout,
-		RebalanceTimeout:         cfg.RebalanceTimeout,
-		HeartbeatInterval:        cfg.HeartbeatInterval,
-		LeaveOnShutdown:          cfg.LeaveOnShutdown,
-		Standbys:                 cfg.StandbyReplicas,
-		AcceptableRecoveryLag:    cfg.AcceptableRecoveryLag,
-		MaxWarmupReplicas:        cfg.MaxWarmupReplicas,
-		ProbingRebalanceInterval: cfg.ProbingRebalanceInterval,
-		Handler:                  n.worker,
-		Owned:                    n.worker.Owned,
-		Held:                     n.worker.Held,
-		Logger:                   cfg.Logger,
-	})
-	if err != nil {
+	mc := cfg.MemberConfig
+	mc.Client, mc.QueryAddr = n.client, n.addr
+	mc.Handler, mc.Owned, mc.Held = n.worker, n.worker.Owned, n.worker.Held
+	if n.member, err = group.New(mc); err != nil {
 		return nil, err
 	}
 	return n, nil

@@ -34,9 +34,9 @@ func TestRefusesTopicsNotCopartitioned(t *testing.T) {
 	}
 	// New refuses to start on them too, before opening anything.
 	_, err = New(context.Background(), Config{
-		Brokers:   []string{client.Addr.String()},
-		StateDirs: []string{t.TempDir()},
-		HTTPAddr:  "127.0.0.1:0",
+		Brokers:      []string{client.Addr.String()},
+		StoreOptions: StoreOptions{Dirs: []string{t.TempDir()}},
+		HTTPAddr:     "127.0.0.1:0",
 	})
 	if err == nil || !strings.Contains(err.Error(), "not co-partitioned") {
 		t.Errorf("New = %v, want a co-partitioning error", err)
@@ -88,7 +88,7 @@ func TestEnsureTopicsFollowsExistingCount(t *testing.T) {
 func TestSecondWorkerOnStateDirRefused(t *testing.T) {
 	client := startBroker(t, kfake.SeedTopics(2, "market", "notifications"))
 	dir := t.TempDir()
-	cfg := Config{Brokers: []string{client.Addr.String()}, StateDirs: []string{dir}, HTTPAddr: "127.0.0.1:0", CacheBytes: 1 << 20}
+	cfg := Config{Brokers: []string{client.Addr.String()}, HTTPAddr: "127.0.0.1:0", StoreOptions: StoreOptions{Dirs: []string{dir}, CacheBytes: 1 << 20}}
 	cfg.InstanceID = "worker-1"
 	first, err := New(context.Background(), cfg)
 	if err != nil {

@@ -72,7 +72,7 @@ func TestStartupWaitsForKafka(t *testing.T) {
 	go func() {
 		n, err := New(context.Background(), Config{
 			Brokers:        []string{net.JoinHostPort("127.0.0.1", itoa(kport))},
-			StateDirs:      []string{t.TempDir()},
+			StoreOptions:   StoreOptions{Dirs: []string{t.TempDir()}},
 			HTTPAddr:       net.JoinHostPort("127.0.0.1", itoa(hport)),
 			InstanceID:     "w1",
 			StartupTimeout: time.Minute,
@@ -136,7 +136,7 @@ func TestStartupTimeout(t *testing.T) {
 	start := time.Now()
 	_, err := New(context.Background(), Config{
 		Brokers:        []string{net.JoinHostPort("127.0.0.1", itoa(freePort(t)))},
-		StateDirs:      []string{t.TempDir()},
+		StoreOptions:   StoreOptions{Dirs: []string{t.TempDir()}},
 		HTTPAddr:       "127.0.0.1:0",
 		InstanceID:     "w1",
 		StartupTimeout: 1500 * time.Millisecond,
@@ -162,7 +162,7 @@ func TestStartupWaitingSaysWhyAndServesMetrics(t *testing.T) {
 	go func() {
 		_, err := New(context.Background(), Config{
 			Brokers:        []string{net.JoinHostPort("127.0.0.1", itoa(freePort(t)))},
-			StateDirs:      []string{t.TempDir()},
+			StoreOptions:   StoreOptions{Dirs: []string{t.TempDir()}},
 			HTTPAddr:       net.JoinHostPort("127.0.0.1", itoa(hport)),
 			InstanceID:     "w1",
 			StartupTimeout: 4 * time.Second,
@@ -268,7 +268,7 @@ func TestStartupSilentBroker(t *testing.T) {
 	go func() {
 		_, err := New(context.Background(), Config{
 			Brokers:        []string{silent.Addr().String()},
-			StateDirs:      []string{t.TempDir()},
+			StoreOptions:   StoreOptions{Dirs: []string{t.TempDir()}},
 			HTTPAddr:       net.JoinHostPort("127.0.0.1", itoa(hport)),
 			InstanceID:     "w1",
 			StartupTimeout: 3 * time.Second,

@@ -10,7 +10,7 @@ import (
 // newStatusPage builds the worker's status page (package statuspage) over
 // its Processor.
 func (n *Node) newStatusPage() *statuspage.Server {
-	fs := n.cfg.StoreFS
+	fs := n.cfg.FS
 	if fs == nil {
 		fs = vfs.Default
 	}
@@ -19,7 +19,7 @@ func (n *Node) newStatusPage() *statuspage.Server {
 		Instance:  n.cfg.InstanceID,
 		Group:     n.cfg.Group,
 		Addr:      n.addr,
-		StateDirs: n.cfg.StateDirs,
+		StateDirs: n.cfg.Dirs,
 		FreeBytes: func(dir string) (uint64, error) {
 			u, err := fs.GetDiskUsage(dir)
 			return u.AvailBytes, err

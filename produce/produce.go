@@ -177,6 +177,48 @@ type Config struct {
 	TransactionTimeout time.Duration
 }
 
+// The defaults of Config's zero fields, applied by withDefaults.
+const (
+	DefaultTimeout            = 10 * time.Second // kafka.Writer's WriteTimeout
+	DefaultAttempts           = 20
+	DefaultMaxBatchBytes      = 1_000_000
+	DefaultBackoffMin         = 50 * time.Millisecond // Backoff's Min and Max
+	DefaultBackoffMax         = time.Second
+	DefaultTransactionTimeout = 10 * time.Second
+)
+
+// Validate reports the first problem of c: no Addr. Zero values of the
+// other fields take their defaults (withDefaults), and so do negative
+// ones.
+func (c Config) Validate() error {
+	if c.Addr == nil {
+		return errors.New("produce: Config.Addr is required (the bootstrap brokers)")
+	}
+	return nil
+}
+
+// withDefaults returns c with every zero (or negative) field set to the
+// default its doc comment names: the one place produce's defaults are
+// applied.
+func (c Config) withDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Attempts <= 0 {
+		c.Attempts = DefaultAttempts
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.Backoff == (backoff.Policy{}) {
+		c.Backoff = backoff.Policy{Min: DefaultBackoffMin, Max: DefaultBackoffMax}
+	}
+	if c.TransactionTimeout <= 0 {
+		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	return c
+}
+
 // Producer writes messages to Kafka. It is safe for concurrent use; calls
 // from different goroutines are not ordered with respect to each other.
 type Producer struct {
@@ -201,24 +243,10 @@ type Producer struct {
 
 // New returns a Producer.
 func New(cfg Config) (*Producer, error) {
-	if cfg.Addr == nil {
-		return nil, errors.New("produce: Config.Addr is required (the bootstrap brokers)")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
-	}
-	if cfg.Attempts <= 0 {
-		cfg.Attempts = 20
-	}
-	if cfg.MaxBatchBytes <= 0 {
-		cfg.MaxBatchBytes = 1_000_000
-	}
-	if cfg.Backoff == (backoff.Policy{}) {
-		cfg.Backoff = backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second}
-	}
-	if cfg.TransactionTimeout <= 0 {
-		cfg.TransactionTimeout = 10 * time.Second
-	}
+	cfg = cfg.withDefaults()
 	p := &Producer{
 		client:     &kafka.Client{Addr: cfg.Addr, Transport: cfg.Transport, Timeout: cfg.Timeout},
 		attempts:   cfg.Attempts,

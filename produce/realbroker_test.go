@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/internal/backoff"
-	"github.com/joiner-dev/joiner/internal/testkit/realkafka"
 	"github.com/joiner-dev/joiner/murmur2"
+	"github.com/joiner-dev/joiner/testsupport/testkit/realkafka"
 	"github.com/segmentio/kafka-go"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/fetch"
-	"github.com/joiner-dev/joiner/internal/testkit/realkafka"
+	"github.com/joiner-dev/joiner/testsupport/testkit/realkafka"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kerr"

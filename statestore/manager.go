@@ -42,6 +42,14 @@ const (
 // DefaultCacheBytes is the default size of the shared block cache.
 const DefaultCacheBytes = 256 << 20
 
+// DefaultPlacement is Options.Placement's default.
+const DefaultPlacement = PlacementFreeBytes
+
+// NoMinFreeBytes is the Options.MinFreeBytes that turns the free-space
+// check off (any negative value does): zero is the default, as in every
+// Options field, so "no check" needs a value of its own.
+const NoMinFreeBytes int64 = -1
+
 var (
 	// ErrClosed is returned by the methods of a closed Store or Manager.
 	ErrClosed = errors.New("statestore: closed")
@@ -101,7 +109,7 @@ type Options struct {
 	// MinFreeBytes is the free space a state dir must have before a store
 	// opens there (and so before its restore starts); below it the open
 	// fails with ErrDiskFull (diskfull.go). Default: DefaultMinFreeBytes;
-	// negative: no check.
+	// negative (NoMinFreeBytes): no check.
 	MinFreeBytes int64
 	// OpenTimeout bounds how long OpenTask waits for Pebble to open a
 	// store (its WAL replay). Default: DefaultOpenTimeout.
@@ -141,6 +149,38 @@ func (o *Options) Validate() error {
 	return nil
 }
 
+// withDefaults returns o with its Dirs copied and every zero field set to
+// the default its doc comment names: the one place statestore's defaults
+// are applied.
+func (o Options) withDefaults() Options {
+	o.Dirs = slices.Clone(o.Dirs)
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.Placement == "" {
+		o.Placement = DefaultPlacement
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.CorruptRetention <= 0 {
+		o.CorruptRetention = DefaultCorruptRetention
+	}
+	if o.Fatal == nil {
+		o.Fatal = exitOne
+	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = DefaultMinFreeBytes
+	}
+	if o.OpenTimeout == 0 {
+		o.OpenTimeout = DefaultOpenTimeout
+	}
+	return o
+}
+
 // Manager opens the per-task stores of one group. Its methods are safe for
 // concurrent use.
 type Manager struct {
@@ -176,31 +216,7 @@ func Open(opts Options) (*Manager, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.Dirs = slices.Clone(opts.Dirs)
-	if opts.CacheBytes == 0 {
-		opts.CacheBytes = DefaultCacheBytes
-	}
-	if opts.Placement == "" {
-		opts.Placement = PlacementFreeBytes
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.FS == nil {
-		opts.FS = vfs.Default
-	}
-	if opts.CorruptRetention <= 0 {
-		opts.CorruptRetention = DefaultCorruptRetention
-	}
-	if opts.Fatal == nil {
-		opts.Fatal = exitOne
-	}
-	if opts.MinFreeBytes == 0 {
-		opts.MinFreeBytes = DefaultMinFreeBytes
-	}
-	if opts.OpenTimeout == 0 {
-		opts.OpenTimeout = DefaultOpenTimeout
-	}
+	opts = opts.withDefaults()
 	m := &Manager{
 		opts: opts,
 		fs:   opts.FS,

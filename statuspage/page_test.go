@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
-	"github.com/joiner-dev/joiner/internal/htmltest"
 	"github.com/joiner-dev/joiner/join"
+	"github.com/joiner-dev/joiner/testsupport/htmltest"
 	"golang.org/x/net/html"
 )
 

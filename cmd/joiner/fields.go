@@ -14,7 +14,6 @@ import (
 // kafkasec.Config. A field set by several flags lists them all.
 var fieldFlags = map[string][]string{
 	"Brokers":        {"brokers"},
-	"StateDirs":      {"state-dir"},
 	"InstanceID":     {"instance-id"},
 	"HTTPAddr":       {"http-addr"},
 	"StartupTimeout": {"startup-timeout"},

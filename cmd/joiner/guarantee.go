@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/node"
 )
 
@@ -17,7 +18,7 @@ const (
 // (joiner run and joiner demo).
 func addGuaranteeFlags(fs *cmdFlags, guarantee *string, timeout *time.Duration) {
 	fs.StringVar(guarantee, "processing-guarantee", atLeastOnce, "at-least-once, or exactly-once: one Kafka transaction per commit holds the alerts, dead letters and offsets, inputs are read read_committed, and downstream consumers must read with isolation.level=read_committed")
-	fs.DurationVar(timeout, "transaction-timeout", 10*time.Second, "under exactly-once, how long a transaction may stay open before the coordinator aborts it")
+	fs.DurationVar(timeout, "transaction-timeout", join.DefaultTransactionTimeout, "under exactly-once, how long a transaction may stay open before the coordinator aborts it")
 }
 
 // applyGuarantee sets cfg's guarantee from the flags: exactly-once, and
@@ -35,7 +36,7 @@ func applyGuarantee(fs *cmdFlags, guarantee string, cfg *node.Config) error {
 	}
 	cfg.ExactlyOnce = true
 	if !fs.given("commit-interval") {
-		cfg.CommitInterval = 100 * time.Millisecond
+		cfg.CommitInterval = join.DefaultExactlyOnceCommitInterval
 	}
 	return nil
 }

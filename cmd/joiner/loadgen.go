@@ -25,7 +25,7 @@ func runLoadgen(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&brokers, "brokers", "localhost:9092", "Kafka bootstrap brokers, comma-separated")
 	fs.StringVar(&cfg.MarketTopic, "market-topic", record.DefaultMarketTopic, "topic of price ticks")
 	fs.StringVar(&cfg.NotificationsTopic, "notifications-topic", record.DefaultNotificationsTopic, "topic of notifications")
-	fs.IntVar(&cfg.Symbols, "symbols", 10, "number of symbols")
+	fs.IntVar(&cfg.Symbols, "symbols", loadgen.DefaultSymbols, "number of symbols")
 	fs.IntVar(&cfg.TicksPerSymbol, "ticks-per-symbol", 1, "price ticks per symbol")
 	fs.IntVar(&cfg.NotificationsPerSymbol, "notifications-per-symbol", 3, "notifications per symbol")
 	fs.IntVar(&cfg.Malformed, "malformed", 0, "malformed notifications to add (they go to the dead-letter topic)")

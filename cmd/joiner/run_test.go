@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/join"
+	"github.com/joiner-dev/joiner/node"
+	"github.com/joiner-dev/joiner/statestore"
 )
 
 // Every wrong flag or env value of `joiner run` is a usage error: exit 2,
@@ -231,5 +234,53 @@ func TestRunUnusableStateDirExits1(t *testing.T) {
 		if strings.Contains(out, "\n") || !strings.Contains(out, want) || !strings.Contains(out, "errno "+tc.errno) || !strings.Contains(out, "--state-dir") {
 			t.Errorf("%s: stderr is not one line naming %q, errno %s and --state-dir:\n%s", tc.dir, want, tc.errno, out)
 		}
+	}
+}
+
+// TestRunFlagDefaults: each of `joiner run`'s flag defaults is the
+// default its Config applies to a zero field, so a run without flags
+// and a Config left zero behave alike (issue 20: the CLI does not restate
+// the packages' defaults).
+func TestRunFlagDefaults(t *testing.T) {
+	var out bytes.Buffer
+	rf := addRunFlags(newFlags("run", "run", &out, &out))
+	c := rf.cfg
+	for _, tc := range []struct {
+		flag      string
+		got, want any
+	}{
+		{"group", c.Group, node.DefaultGroup},
+		{"http-addr", c.HTTPAddr, node.DefaultHTTPAddr},
+		{"state-placement", c.Placement, statestore.DefaultPlacement},
+		{"cache-bytes", c.CacheBytes, int64(statestore.DefaultCacheBytes)},
+		{"state-min-free-bytes", c.MinFreeBytes, int64(statestore.DefaultMinFreeBytes)},
+		{"state-open-timeout", c.OpenTimeout, statestore.DefaultOpenTimeout},
+		{"corrupt-retention", c.CorruptRetention, statestore.DefaultCorruptRetention},
+		{"max-task-idle", c.MaxTaskIdle, join.DefaultMaxTaskIdle},
+		{"commit-interval", c.CommitInterval, join.DefaultCommitInterval},
+		{"stall-timeout", c.StallTimeout, join.DefaultStallTimeout},
+		{"history-retention", c.HistoryRetention, join.DefaultHistoryRetention},
+		{"bulk-restore-min", c.BulkRestoreMin, int64(join.DefaultBulkRestoreMin)},
+		{"start-offset", c.StartOffset, join.DefaultStartOffset},
+		{"session-timeout", c.SessionTimeout, group.DefaultSessionTimeout},
+		{"rebalance-timeout", c.RebalanceTimeout, group.DefaultRebalanceTimeout},
+		{"heartbeat-interval", c.HeartbeatInterval, group.DefaultHeartbeatInterval},
+		{"probing-rebalance-interval", c.ProbingRebalanceInterval, group.DefaultProbingRebalanceInterval},
+		{"assignor", c.Assignor, group.DefaultAssignor()},
+		{"startup-timeout", c.StartupTimeout, node.DefaultStartupTimeout},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("--%s defaults to %v, want the Config's default %v", tc.flag, tc.got, tc.want)
+		}
+	}
+	// The two flags whose 0 means "off" give the Configs' explicit "off".
+	if got := minFreeBytes(0); got != statestore.NoMinFreeBytes {
+		t.Errorf("minFreeBytes(0) = %d, want statestore.NoMinFreeBytes", got)
+	}
+	if got := minFreeBytes(5); got != 5 {
+		t.Errorf("minFreeBytes(5) = %d, want 5", got)
+	}
+	if got := bulkRestoreMin(0); got != join.BulkRestoreNever {
+		t.Errorf("bulkRestoreMin(0) = %d, want join.BulkRestoreNever", got)
 	}
 }

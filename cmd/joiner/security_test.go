@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/joiner-dev/joiner/internal/testkit"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/kafkasec/kafkasectest"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 )
 
 var securityFlags = []string{"tls", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-server-name",

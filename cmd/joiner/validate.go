@@ -134,7 +134,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	if cfg.Topics.Market != "" && cfg.Topics.Market == cfg.Topics.Notifications {
 		c.fail("--market-topic and --notifications-topic must differ, both are %q", cfg.Topics.Market)
 	}
-	c.list("state-dir", cfg.StateDirs)
+	c.list("state-dir", cfg.Dirs)
 	c.oneOf("state-placement", cfg.Placement, statestore.PlacementFreeBytes, statestore.PlacementTasks)
 	c.nonNegative("cache-bytes", cfg.CacheBytes)
 	c.nonEmpty("http-addr", cfg.HTTPAddr)
@@ -147,7 +147,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	if cfg.HeartbeatInterval > 0 && cfg.SessionTimeout > 0 && cfg.HeartbeatInterval > cfg.SessionTimeout/3 {
 		c.fail("--heartbeat-interval %s must be at most a third of --session-timeout %s", cfg.HeartbeatInterval, cfg.SessionTimeout)
 	}
-	c.nonNegative("standby-replicas", int64(cfg.StandbyReplicas))
+	c.nonNegative("standby-replicas", int64(cfg.Standbys))
 	c.nonNegative("acceptable-recovery-lag", cfg.AcceptableRecoveryLag)
 	c.nonNegative("max-warmup-replicas", int64(cfg.MaxWarmupReplicas))
 	c.positiveDuration("probing-rebalance-interval", cfg.ProbingRebalanceInterval)
@@ -160,7 +160,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
 	c.positiveDuration("corrupt-retention", cfg.CorruptRetention)
 	c.nonNegative("state-min-free-bytes", cfg.MinFreeBytes)
-	c.positiveDuration("state-open-timeout", cfg.StoreOpenTimeout)
+	c.positiveDuration("state-open-timeout", cfg.OpenTimeout)
 	c.oneOf("start-offset", cfg.StartOffset, join.StartEarliest, join.StartLatest)
 	return c.err()
 }

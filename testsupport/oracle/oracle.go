@@ -281,193 +281,232 @@ func (p *Producer) Rounds() int {
 	return p.done
 }
 
+// heldTick is a tick of Run held back to be written out of order.
+type heldTick struct {
+	symbol string
+	t      tick
+	due    int64 // written in the round whose span holds due
+}
+
+// stamped is a symbol and a timestamp of a round: a tick's or a
+// notification's.
+type stamped struct {
+	symbol string
+	ts     int64
+}
+
+// run is the state of one Producer.Run: the symbols, the random source
+// and the counters every round continues, and the ticks held back.
+type run struct {
+	p                  *Producer
+	c                  Config
+	rng                *rand.Rand
+	early, late, all   []string
+	step               int64
+	seq, nid           int
+	held               []heldTick
+	exact              int // notifications at a tick's exact time, this round
+	roundIDs, roundCRC []string
+}
+
 // Run produces every round, paced by RoundInterval, and closes the writer.
 func (p *Producer) Run(ctx context.Context) error {
 	defer p.w.Close()
 	c := p.cfg
-	rng := rand.New(rand.NewPCG(c.Seed, 0x04ac1e))
+	rn := &run{p: p, c: c, rng: rand.New(rand.NewPCG(c.Seed, 0x04ac1e)), step: max(c.RoundInterval.Milliseconds(), 2)}
 	name := func(kind string, i int) string { return fmt.Sprintf("%s%s%03d", strings.ToUpper(c.IDPrefix), kind, i) }
-	var early, late, never []string
 	for i := range c.Symbols {
-		early = append(early, name("S", i))
+		rn.early = append(rn.early, name("S", i))
 	}
 	for i := range c.LateSymbols {
-		late = append(late, name("L", i))
+		rn.late = append(rn.late, name("L", i))
 	}
+	var never []string
 	for i := range c.NoTickSymbols {
 		never = append(never, name("Z", i))
 	}
-	all := slices.Concat(early, late, never)
-	step := c.RoundInterval.Milliseconds()
-	if step < 2 {
-		step = 2
-	}
+	rn.all = slices.Concat(rn.early, rn.late, never)
 	start := time.Now().UnixMilli()
-	seq, nid := 0, 0
-	type heldTick struct {
-		symbol string
-		t      tick
-		due    int64 // written in the round whose span holds due
-	}
-	var held []heldTick
-	// written records the ticks written to the workload, in their order.
-	written := func(ticks []heldTick) {
-		now := time.Now().UnixMilli()
-		p.wl.mu.Lock()
-		for _, t := range ticks {
-			t.t.acked = now
-			p.wl.ticks[t.symbol] = append(p.wl.ticks[t.symbol], t.t)
-		}
-		p.wl.mu.Unlock()
-	}
-	tickMsg := func(t heldTick) kafka.Message {
-		return kafka.Message{Topic: p.topics.Market, Key: []byte(t.symbol), Time: time.UnixMilli(t.t.ts),
-			Value: c.Fields.AppendTick(nil, record.Tick{Symbol: t.symbol, Price: t.t.price})}
-	}
-	// dueBy takes the held ticks due before end, in the order held.
-	dueBy := func(end int64) []heldTick {
-		var out, keep []heldTick
-		for _, t := range held {
-			if t.due < end {
-				out = append(out, t)
-			} else {
-				keep = append(keep, t)
-			}
-		}
-		held = keep
-		return out
-	}
-	pace := func(until int64) error {
-		if wait := time.Until(time.UnixMilli(until)); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-			}
-		}
-		return nil
-	}
-	last := start - step // the previous round's base
+	last := start - rn.step // the previous round's base
 	for r := range c.Rounds {
-		base := start + int64(r)*step
+		base := start + int64(r)*rn.step
 		if c.OutOfOrder > 0 {
 			// The timestamps follow the clock when the writes fall behind
 			// the schedule, so that a held tick is written about its delay
 			// after its time, not later.
-			base = max(last+step, time.Now().UnixMilli())
+			base = max(last+rn.step, time.Now().UnixMilli())
 		}
 		last = base
-		tickable := early
-		if r >= c.Rounds/2 {
-			tickable = slices.Concat(early, late)
+		if err := rn.round(ctx, r, base); err != nil {
+			return err
 		}
-		// Ticks of the round, in timestamp order.
-		type rec struct {
-			symbol string
-			ts     int64
-		}
-		ticks := make([]rec, c.TicksPerRound)
-		for i := range ticks {
-			ticks[i] = rec{tickable[rng.IntN(len(tickable))], base + rng.Int64N(step)}
-		}
-		sort.SliceStable(ticks, func(i, j int) bool { return ticks[i].ts < ticks[j].ts })
-		var newTicks []heldTick
-		for _, t := range ticks {
-			seq++
-			h := heldTick{t.symbol, tick{ts: t.ts, seq: seq, price: float64(seq) + 0.25}, t.ts}
-			if c.OutOfOrder > 0 && rng.IntN(3) == 0 {
-				h.due = t.ts + 1 + rng.Int64N(c.OutOfOrder.Milliseconds())
-				held = append(held, h)
-				continue
-			}
-			newTicks = append(newTicks, h)
-		}
-		// The held ticks due in this round's span first: each is written
-		// after the ticks older than the round, at most OutOfOrder newer.
-		newTicks = append(dueBy(base+step), newTicks...)
-		msgs := make([]kafka.Message, 0, len(newTicks))
-		for _, t := range newTicks {
-			msgs = append(msgs, tickMsg(t))
-		}
-		// Notifications of the round, in timestamp order; every third
-		// takes the symbol and exact timestamp of one of the round's ticks.
-		notes := make([]rec, c.NotificationsPerRound)
-		exact := 0
-		for i := range notes {
-			if i%3 == 0 && len(ticks) > 0 {
-				t := ticks[rng.IntN(len(ticks))]
-				notes[i] = rec{t.symbol, t.ts}
-				exact++
-				continue
-			}
-			notes[i] = rec{all[rng.IntN(len(all))], base + rng.Int64N(step)}
-		}
-		sort.SliceStable(notes, func(i, j int) bool { return notes[i].ts < notes[j].ts })
-		nmsgs := make([]kafka.Message, 0, len(notes))
-		var ids, crc []string
-		for _, n := range notes {
-			nid++
-			id := fmt.Sprintf("%s-%d", c.IDPrefix, nid)
-			ids = append(ids, id)
-			note := record.Notification{ID: id, User: fmt.Sprintf("u-%d", nid%97), Symbol: n.symbol, Text: fmt.Sprintf("round %d", r)}
-			m := kafka.Message{Topic: p.topics.Notifications, Key: []byte(n.symbol), Time: time.UnixMilli(n.ts)}
-			if c.Shapes {
-				if nid%7 == 3 {
-					note.ID = ""
-				}
-				m.Value = loadgen.ShapedNotification(nil, &note, c.Fields, nid, id)
-			} else {
-				m.Value = c.Fields.AppendNotification(nil, &note)
-			}
-			if c.Headers {
-				m.Headers = loadgen.NotificationHeaders(nid)
-			}
-			if c.Misrouted > 0 && rng.Float64() < c.Misrouted {
-				m.Headers = append(m.Headers, kafka.Header{Key: misrouteHeader, Value: []byte("crc32")})
-				crc = append(crc, id)
-			}
-			nmsgs = append(nmsgs, m)
-		}
-
-		if len(msgs) > 0 {
-			if err := p.w.WriteMessages(ctx, msgs...); err != nil {
-				return fmt.Errorf("oracle: round %d: write ticks: %w", r, err)
-			}
-		}
-		written(newTicks)
-		if err := p.w.WriteMessages(ctx, nmsgs...); err != nil {
-			return fmt.Errorf("oracle: round %d: write notifications: %w", r, err)
-		}
-		p.wl.mu.Lock()
-		for i, id := range ids {
-			p.wl.notifications[id] = notification{notes[i].symbol, notes[i].ts, nmsgs[i].Value, nmsgs[i].Headers}
-		}
-		p.wl.ids = append(p.wl.ids, ids...)
-		p.wl.misrouted = append(p.wl.misrouted, crc...)
-		p.wl.exactTs += exact
-		p.wl.mu.Unlock()
-		p.mu.Lock()
-		p.done++
-		p.mu.Unlock()
-		if err := pace(base + step); err != nil {
+		if err := pace(ctx, base+rn.step); err != nil {
 			return err
 		}
 	}
 	// The ticks still held, each in the span it is due in.
-	for base := last + step; len(held) > 0; base += step {
-		due := dueBy(base + step)
-		if len(due) > 0 {
-			msgs := make([]kafka.Message, 0, len(due))
-			for _, t := range due {
-				msgs = append(msgs, tickMsg(t))
-			}
-			if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+	for base := last + rn.step; len(rn.held) > 0; base += rn.step {
+		if due := rn.dueBy(base + rn.step); len(due) > 0 {
+			if err := p.w.WriteMessages(ctx, rn.tickMsgs(due)...); err != nil {
 				return fmt.Errorf("oracle: write held ticks: %w", err)
 			}
-			written(due)
+			rn.written(due)
 		}
-		if err := pace(base + step); err != nil {
+		if err := pace(ctx, base+rn.step); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// round writes round r, whose timestamps are in [base, base+step): its
+// ticks (with the held ones due in its span), then its notifications, and
+// adds them to the workload.
+func (rn *run) round(ctx context.Context, r int, base int64) error {
+	ticks, newTicks := rn.ticks(r, base)
+	notes, nmsgs := rn.notifications(r, base, ticks)
+	if msgs := rn.tickMsgs(newTicks); len(msgs) > 0 {
+		if err := rn.p.w.WriteMessages(ctx, msgs...); err != nil {
+			return fmt.Errorf("oracle: round %d: write ticks: %w", r, err)
+		}
+	}
+	rn.written(newTicks)
+	if err := rn.p.w.WriteMessages(ctx, nmsgs...); err != nil {
+		return fmt.Errorf("oracle: round %d: write notifications: %w", r, err)
+	}
+	wl := rn.p.wl
+	wl.mu.Lock()
+	for i, id := range rn.roundIDs {
+		wl.notifications[id] = notification{notes[i].symbol, notes[i].ts, nmsgs[i].Value, nmsgs[i].Headers}
+	}
+	wl.ids = append(wl.ids, rn.roundIDs...)
+	wl.misrouted = append(wl.misrouted, rn.roundCRC...)
+	wl.exactTs += rn.exact
+	wl.mu.Unlock()
+	rn.p.mu.Lock()
+	rn.p.done++
+	rn.p.mu.Unlock()
+	return nil
+}
+
+// ticks draws round r's ticks, in timestamp order, and returns them with
+// the ones to write now: the held ticks due in this round's span first
+// (each written after the ticks older than the round, at most OutOfOrder
+// newer), then the round's that are not held back.
+func (rn *run) ticks(r int, base int64) ([]stamped, []heldTick) {
+	c := rn.c
+	tickable := rn.early
+	if r >= c.Rounds/2 {
+		tickable = slices.Concat(rn.early, rn.late)
+	}
+	ticks := make([]stamped, c.TicksPerRound)
+	for i := range ticks {
+		ticks[i] = stamped{tickable[rn.rng.IntN(len(tickable))], base + rn.rng.Int64N(rn.step)}
+	}
+	sort.SliceStable(ticks, func(i, j int) bool { return ticks[i].ts < ticks[j].ts })
+	var newTicks []heldTick
+	for _, t := range ticks {
+		rn.seq++
+		h := heldTick{t.symbol, tick{ts: t.ts, seq: rn.seq, price: float64(rn.seq) + 0.25}, t.ts}
+		if c.OutOfOrder > 0 && rn.rng.IntN(3) == 0 {
+			h.due = t.ts + 1 + rn.rng.Int64N(c.OutOfOrder.Milliseconds())
+			rn.held = append(rn.held, h)
+			continue
+		}
+		newTicks = append(newTicks, h)
+	}
+	return ticks, append(rn.dueBy(base+rn.step), newTicks...)
+}
+
+// notifications draws round r's notifications, in timestamp order (every
+// third takes the symbol and exact timestamp of one of the round's
+// ticks), and their messages; it sets rn.roundIDs, rn.roundCRC (the ones
+// misrouted) and rn.exact.
+func (rn *run) notifications(r int, base int64, ticks []stamped) ([]stamped, []kafka.Message) {
+	c := rn.c
+	notes := make([]stamped, c.NotificationsPerRound)
+	rn.exact = 0
+	for i := range notes {
+		if i%3 == 0 && len(ticks) > 0 {
+			t := ticks[rn.rng.IntN(len(ticks))]
+			notes[i] = stamped{t.symbol, t.ts}
+			rn.exact++
+			continue
+		}
+		notes[i] = stamped{rn.all[rn.rng.IntN(len(rn.all))], base + rn.rng.Int64N(rn.step)}
+	}
+	sort.SliceStable(notes, func(i, j int) bool { return notes[i].ts < notes[j].ts })
+	nmsgs := make([]kafka.Message, 0, len(notes))
+	rn.roundIDs, rn.roundCRC = nil, nil
+	for _, n := range notes {
+		rn.nid++
+		nid := rn.nid
+		id := fmt.Sprintf("%s-%d", c.IDPrefix, nid)
+		rn.roundIDs = append(rn.roundIDs, id)
+		note := record.Notification{ID: id, User: fmt.Sprintf("u-%d", nid%97), Symbol: n.symbol, Text: fmt.Sprintf("round %d", r)}
+		m := kafka.Message{Topic: rn.p.topics.Notifications, Key: []byte(n.symbol), Time: time.UnixMilli(n.ts)}
+		if c.Shapes {
+			if nid%7 == 3 {
+				note.ID = ""
+			}
+			m.Value = loadgen.ShapedNotification(nil, &note, c.Fields, nid, id)
+		} else {
+			m.Value = c.Fields.AppendNotification(nil, &note)
+		}
+		if c.Headers {
+			m.Headers = loadgen.NotificationHeaders(nid)
+		}
+		if c.Misrouted > 0 && rn.rng.Float64() < c.Misrouted {
+			m.Headers = append(m.Headers, kafka.Header{Key: misrouteHeader, Value: []byte("crc32")})
+			rn.roundCRC = append(rn.roundCRC, id)
+		}
+		nmsgs = append(nmsgs, m)
+	}
+	return notes, nmsgs
+}
+
+// written records the ticks written to the workload, in their order.
+func (rn *run) written(ticks []heldTick) {
+	now := time.Now().UnixMilli()
+	wl := rn.p.wl
+	wl.mu.Lock()
+	for _, t := range ticks {
+		t.t.acked = now
+		wl.ticks[t.symbol] = append(wl.ticks[t.symbol], t.t)
+	}
+	wl.mu.Unlock()
+}
+
+func (rn *run) tickMsgs(ticks []heldTick) []kafka.Message {
+	msgs := make([]kafka.Message, 0, len(ticks))
+	for _, t := range ticks {
+		msgs = append(msgs, kafka.Message{Topic: rn.p.topics.Market, Key: []byte(t.symbol), Time: time.UnixMilli(t.t.ts),
+			Value: rn.c.Fields.AppendTick(nil, record.Tick{Symbol: t.symbol, Price: t.t.price})})
+	}
+	return msgs
+}
+
+// dueBy takes the held ticks due before end, in the order held.
+func (rn *run) dueBy(end int64) []heldTick {
+	var out, keep []heldTick
+	for _, t := range rn.held {
+		if t.due < end {
+			out = append(out, t)
+		} else {
+			keep = append(keep, t)
+		}
+	}
+	rn.held = keep
+	return out
+}
+
+// pace waits until the wall clock reaches until (Unix ms), or ctx ends.
+func pace(ctx context.Context, until int64) error {
+	if wait := time.Until(time.UnixMilli(until)); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
 		}
 	}
 	return nil

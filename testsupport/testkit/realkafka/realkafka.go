@@ -1,6 +1,6 @@
 // Package realkafka gives tests the real Kafka broker that scripts/kafka
 // started, named by JOINER_KAFKA_BROKERS. It imports nothing of joiner, so
-// the tests of any package (group, produce) may use it; internal/testkit,
+// the tests of any package (group, produce) may use it; testsupport/testkit,
 // which builds on node, cannot serve the packages node imports.
 package realkafka
 
