@@ -400,13 +400,12 @@ func (c *txnCommitter) begin(ctx context.Context, w *Processor) error {
 	err := p.Begin()
 	if err != nil {
 		w.log.Warn("cannot begin a transaction; replacing the producer", "err", err)
-		if err = c.replace(ctx, w); err != nil {
-			return err
+		if err = c.replace(ctx, w); err == nil {
+			c.mu.Lock()
+			p = c.p
+			c.mu.Unlock()
+			err = p.Begin()
 		}
-		c.mu.Lock()
-		p = c.p
-		c.mu.Unlock()
-		err = p.Begin()
 	}
 	c.mu.Lock()
 	c.began, c.open = time.Now(), err == nil

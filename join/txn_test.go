@@ -26,8 +26,10 @@ type fakeTxnBroker struct {
 	visible   []kafka.Message
 	offsets   map[string]map[int]int64 // the group's committed offsets
 	producers int                      // made by newProducer
-	// failCommit fails the next Commit with it.
+	// failCommit fails the next Commit with it; failBegins fails that
+	// many Begins (and producers' InitProducerID) with produce.ErrTxnState.
 	failCommit error
+	failBegins int
 }
 
 type fakeTxnProducer struct {
@@ -41,6 +43,10 @@ type fakeTxnProducer struct {
 func (p *fakeTxnProducer) Begin() error {
 	p.b.mu.Lock()
 	defer p.b.mu.Unlock()
+	if p.b.failBegins > 0 {
+		p.b.failBegins--
+		return produce.ErrTxnState
+	}
 	if p.fenced {
 		return produce.ErrFenced
 	}
@@ -117,8 +123,12 @@ func (b *fakeTxnBroker) setOffset(topic string, p int, o int64) {
 
 func (b *fakeTxnBroker) newProducer(context.Context) (Transactional, error) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failBegins > 0 {
+		b.failBegins--
+		return nil, errors.New("the coordinator is not available")
+	}
 	b.producers++
-	b.mu.Unlock()
 	return &fakeTxnProducer{b: b}, nil
 }
 
@@ -210,6 +220,42 @@ func (m *txnMemberFake) Restart(reason error) {
 	}
 }
 
+// newTxnRig runs an exactly-once Processor on fakes (a transactional
+// broker, a group member whose Restart is Lost then Assigned), until the
+// test ends.
+func newTxnRig(t *testing.T) (*Processor, *fakeFetcher, *fakeTxnBroker, *txnMemberFake, context.Context) {
+	t.Helper()
+	stores, err := statestore.Open(statestore.Options{Dirs: []string{t.TempDir()}, Group: "g", CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stores.Close() })
+	f := newFakeFetcher()
+	b := &fakeTxnBroker{}
+	w, err := NewProcessor(Config{Client: f, Writer: &fakeWriter{}, Stores: stores, InstanceID: "w",
+		FetchMaxWait: 5 * time.Millisecond, MaxTaskIdle: 50 * time.Millisecond, CommitInterval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := b.newProducer(context.Background())
+	if err := w.EnableExactlyOnce(ExactlyOnce{Producer: first, NewProducer: b.newProducer, Group: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	m := &txnMemberFake{b: b, w: w, gen: 1, a: assignment(1, []int{0}, []int{0}), restart: make(chan error, 1), started: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, m) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	<-m.started
+	return w, f, b, m, ctx
+}
+
 // TestExactlyOnceAbortRewinds: a transaction that fails to commit is
 // aborted, and every task restarts from the offsets the last committed
 // transaction holds: what the aborted one held is processed again, once,
@@ -221,34 +267,7 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 		fmt.Errorf("committing: %w", produce.ErrFenced),
 	} {
 		t.Run(failure.Error(), func(t *testing.T) {
-			stores, err := statestore.Open(statestore.Options{Dirs: []string{t.TempDir()}, Group: "g", CacheBytes: 1 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { stores.Close() })
-			f := newFakeFetcher()
-			b := &fakeTxnBroker{}
-			w, err := NewProcessor(Config{Client: f, Writer: &fakeWriter{}, Stores: stores, InstanceID: "w",
-				FetchMaxWait: 5 * time.Millisecond, MaxTaskIdle: 50 * time.Millisecond, CommitInterval: time.Hour,
-				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			first, _ := b.newProducer(context.Background())
-			if err := w.EnableExactlyOnce(ExactlyOnce{Producer: first, NewProducer: b.newProducer, Group: "g"}); err != nil {
-				t.Fatal(err)
-			}
-			m := &txnMemberFake{b: b, w: w, gen: 1, a: assignment(1, []int{0}, []int{0}), restart: make(chan error, 1), started: make(chan struct{})}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- w.Run(ctx, m) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			})
-			<-m.started
+			w, f, b, m, ctx := newTxnRig(t)
 
 			s := symbolOf(t, 0, 2)
 			f.produce("market", 0, 1000, s, tickJSON(s, 1))
@@ -320,5 +339,52 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 				t.Errorf("%d producers made, want %d", producers, wantProducers)
 			}
 		})
+	}
+}
+
+// TestExactlyOnceNoTransactionThenRestart: when no transaction can begin
+// after a commit (Begin fails, and so does every replacement producer),
+// writes are refused; a later commit tick begins one and the tasks restart
+// from the committed offsets, so the notifications of that time get their
+// alerts, once.
+func TestExactlyOnceNoTransactionThenRestart(t *testing.T) {
+	w, f, b, m, ctx := newTxnRig(t)
+	s := symbolOf(t, 0, 2)
+	f.produce("market", 0, 1000, s, tickJSON(s, 1))
+	f.produce("notifications", 0, 1100, s, noteJSON("a0", s))
+	w.Assigned(ctx, m.a)
+	waitFor(t, "an alert in the transaction", func() bool { return b.pendingAlerts(w) == 1 })
+	b.mu.Lock()
+	b.failBegins = 1 + 3 // the Begin after the commit, then every replacement
+	b.mu.Unlock()
+	if err := w.commit(ctx); err == nil {
+		t.Fatal("a commit that could not begin the next transaction returned no error")
+	}
+	for i := range 3 {
+		f.produce("notifications", 0, int64(1200+i), s, noteJSON(fmt.Sprintf("b%d", i), s))
+	}
+	time.Sleep(50 * time.Millisecond) // the writes are refused meanwhile
+	if err := w.commit(ctx); err != nil {
+		t.Fatalf("the commit tick that begins a transaction again: %v", err)
+	}
+	waitFor(t, "the b alerts written after the restart", func() bool { return b.pendingAlerts(w) == 3 })
+	if err := w.commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, msg := range b.alerts() {
+		var a record.Alert
+		if err := json.Unmarshal(msg.Value, &a); err != nil {
+			t.Fatal(err)
+		}
+		got[a.ID]++
+		if a.Price == nil || *a.Price != 1 {
+			t.Errorf("alert %s: price %v, want 1", a.ID, a.Price)
+		}
+	}
+	for _, id := range []string{"a0", "b0", "b1", "b2"} {
+		if got[id] != 1 {
+			t.Errorf("alert %s visible %d times, want once (all: %v)", id, got[id], got)
+		}
 	}
 }
