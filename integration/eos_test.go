@@ -47,17 +47,7 @@ func TestIntegrationExactlyOnceRoundRobin(t *testing.T) {
 
 func TestIntegrationExactlyOnceScaleOutAndIn(t *testing.T) {
 	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true")
-	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, exactlyOnce: true, maxDuplicates: 0,
-		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
-			at(0.2)
-			ws["w3"] = c.start("w3")
-			at(0.4)
-			ws["w4"] = c.start("w4")
-			at(0.6)
-			c.stop(ws["w1"])
-			at(0.8)
-			c.stop(ws["w4"])
-		}})
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, exactlyOnce: true, maxDuplicates: 0, disturb: scaleOutAndIn})
 }
 
 // kill -9 with an open transaction, restarted 6 s later (within the

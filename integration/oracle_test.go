@@ -222,17 +222,20 @@ func TestIntegrationOracleRoundRobin(t *testing.T) {
 // Scale out and in, every moved task's store bulk-loaded.
 func TestIntegrationOracleScaleOutAndIn(t *testing.T) {
 	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true") // scale-in leaves at once
-	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, maxDuplicates: -1, bulkRestore: true,
-		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
-			at(0.2)
-			ws["w3"] = c.start("w3")
-			at(0.4)
-			ws["w4"] = c.start("w4")
-			at(0.6)
-			c.stop(ws["w1"])
-			at(0.8)
-			c.stop(ws["w4"])
-		}})
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, maxDuplicates: -1, bulkRestore: true, disturb: scaleOutAndIn})
+}
+
+// scaleOutAndIn starts w3 and w4 beside w1 and w2, then stops w1 and w4,
+// at a fifth of the load each.
+func scaleOutAndIn(c *cluster, ws map[string]*worker, at func(float64)) {
+	at(0.2)
+	ws["w3"] = c.start("w3")
+	at(0.4)
+	ws["w4"] = c.start("w4")
+	at(0.6)
+	c.stop(ws["w1"])
+	at(0.8)
+	c.stop(ws["w4"])
 }
 
 // kill -9 of a worker, restarted 10 s later with the same id and state dir:

@@ -299,21 +299,12 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 			if err := w.commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]int{}
-			for _, msg := range b.alerts() {
-				var a record.Alert
-				if err := json.Unmarshal(msg.Value, &a); err != nil {
-					t.Fatal(err)
+			got := b.visibleAlerts(t, func(id string) float64 {
+				if id[0] == 'b' {
+					return 2
 				}
-				got[a.ID]++
-				want := 1.0
-				if a.ID[0] == 'b' {
-					want = 2
-				}
-				if a.Price == nil || *a.Price != want {
-					t.Errorf("alert %s: price %v, want %v", a.ID, a.Price, want)
-				}
-			}
+				return 1
+			})
 			for i := range 5 {
 				for _, id := range []string{fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)} {
 					if got[id] != 1 {
@@ -371,6 +362,18 @@ func TestExactlyOnceNoTransactionThenRestart(t *testing.T) {
 	if err := w.commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	got := b.visibleAlerts(t, func(string) float64 { return 1 })
+	for _, id := range []string{"a0", "b0", "b1", "b2"} {
+		if got[id] != 1 {
+			t.Errorf("alert %s visible %d times, want once (all: %v)", id, got[id], got)
+		}
+	}
+}
+
+// visibleAlerts counts the visible alerts by notification id, checking
+// each one's price against price(id).
+func (b *fakeTxnBroker) visibleAlerts(t *testing.T, price func(id string) float64) map[string]int {
+	t.Helper()
 	got := map[string]int{}
 	for _, msg := range b.alerts() {
 		var a record.Alert
@@ -378,13 +381,9 @@ func TestExactlyOnceNoTransactionThenRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		got[a.ID]++
-		if a.Price == nil || *a.Price != 1 {
-			t.Errorf("alert %s: price %v, want 1", a.ID, a.Price)
+		if want := price(a.ID); a.Price == nil || *a.Price != want {
+			t.Errorf("alert %s: price %v, want %v", a.ID, a.Price, want)
 		}
 	}
-	for _, id := range []string{"a0", "b0", "b1", "b2"} {
-		if got[id] != 1 {
-			t.Errorf("alert %s visible %d times, want once (all: %v)", id, got[id], got)
-		}
-	}
+	return got
 }
