@@ -1,7 +1,7 @@
-// Package fetch is joiner's read path on kafka-go's Client.Fetch, shared by
-// join's partition readers and bench/passthrough (the ceiling contestant of
-// scripts/bench), so that both read with the same parameters and the same
-// copying of records out of kafka-go's buffers.
+// Package fetch is joiner's read path: the partition Reader (reader.go),
+// shared by join's tasks and bench/passthrough (the ceiling contestant of
+// scripts/bench), so that both read with the same parameters, the same
+// retries and the same copying of records out of kafka-go's buffers.
 //
 // Isolated and Committed read read_committed (committed.go): kafka-go's
 // Client.Fetch drops a response's aborted transactions, so Isolated sends

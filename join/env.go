@@ -9,6 +9,7 @@ import (
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/internal/lograte"
 	"github.com/joiner-dev/joiner/record"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // taskEnv is what the Processor hands its tasks: the state tasks
@@ -37,10 +38,12 @@ type taskEnv struct {
 	startOffset string
 
 	metrics *Metrics
-	log     *slog.Logger
-	lateLog *lograte.Limiter     // late ticks, per task
-	dec     *record.Decoder      // of the input records
-	alerts  *record.AlertEncoder // of this worker's alerts
+	// offsetResets is joiner_offset_resets_total (input_offsetreset.go).
+	offsetResets *prometheus.CounterVec
+	log          *slog.Logger
+	lateLog      *lograte.Limiter     // late ticks, per task
+	dec          *record.Decoder      // of the input records
+	alerts       *record.AlertEncoder // of this worker's alerts
 
 	// member is the group (set by Processor.Run before any task starts):
 	// committed offsets, and whether alerts may be written (waitActive).

@@ -1,9 +1,6 @@
 package join
 
 import (
-	"log/slog"
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -14,16 +11,8 @@ import (
 // counted (joiner_offset_resets_total{topic}) and logged at WARN with both
 // offsets.
 //
-// Partition readers are built by the task code with newPartitionReader,
-// which knows only the worker's Client (a Fetcher); the worker registers its reporter
-// for that Client here.
-
-var offsetResetReporters sync.Map // Fetcher → *offsetResetReporter
-
-type offsetResetReporter struct {
-	counter *prometheus.CounterVec
-	log     *slog.Logger
-}
+// A task's readers (taskEnv.reader) report their resets to the worker
+// through fetch.Reader's OnReset callback.
 
 func (w *Processor) registerOffsetResets(reg prometheus.Registerer) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -31,25 +20,17 @@ func (w *Processor) registerOffsetResets(reg prometheus.Registerer) {
 		Help: "Fetches answered OFFSET_OUT_OF_RANGE, by topic: the reader jumped to the first offset the log still holds and the records in between were never processed (data loss).",
 	}, []string{"topic"})
 	reg.MustRegister(c)
-	c.WithLabelValues(w.cfg.Topics.Market)
-	c.WithLabelValues(w.cfg.Topics.Notifications)
-	offsetResetReporters.Store(w.cfg.Client, &offsetResetReporter{counter: c, log: w.log})
+	c.WithLabelValues(w.topics.Market)
+	c.WithLabelValues(w.topics.Notifications)
+	w.offsetResets = c
 }
 
-// forgetOffsetResets drops the worker's reporter; called when Run ends.
-func (w *Processor) forgetOffsetResets() { offsetResetReporters.Delete(w.cfg.Client) }
-
-// reportOffsetReset is called by a partition reader that jumped from
-// offset from to offset to.
-func reportOffsetReset(c Fetcher, topic string, partition int, from, to int64) {
-	v, ok := offsetResetReporters.Load(c)
-	if !ok {
-		slog.Default().Warn("offset out of range; continuing from the first offset the log holds",
-			"topic", topic, "partition", partition, "offset", from, "first_offset", to, "records_lost", max(to-from, 0))
-		return
+// offsetReset is a task reader's fetch.ResetFunc: it jumped from offset
+// from to offset to.
+func (w *taskEnv) offsetReset(topic string, partition int, from, to int64) {
+	if w.offsetResets != nil {
+		w.offsetResets.WithLabelValues(topic).Inc()
 	}
-	r := v.(*offsetResetReporter)
-	r.counter.WithLabelValues(topic).Inc()
-	r.log.Warn("offset out of range (retention or a recreated topic); continuing from the first offset the log holds: the records in between are not processed",
+	w.log.Warn("offset out of range (retention or a recreated topic); continuing from the first offset the log holds: the records in between are not processed",
 		"topic", topic, "partition", partition, "offset", from, "first_offset", to, "records_lost", max(to-from, 0))
 }

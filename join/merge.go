@@ -36,7 +36,7 @@ func (w *taskEnv) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partition
 				return
 			}
 			select {
-			case ch <- fetched{recs: recs, next: r.next, hwm: r.hwm, sent: sent}:
+			case ch <- fetched{recs: recs, next: r.Next, hwm: r.HWM, sent: sent}:
 			case <-ctx.Done():
 				return
 			}
@@ -45,25 +45,17 @@ func (w *taskEnv) prefetch(ctx context.Context, wg *sync.WaitGroup, r *partition
 	return ch
 }
 
-// fetchRetrying fetches once from r (partitionReader.fetch), a failure
-// logged, counted and retried with backoff. It returns the records and
-// when the fetch that returned them was sent, or false when ctx is done.
+// fetchRetrying fetches once from r (fetch.Reader.FetchRetrying), a
+// failure logged, counted and retried with backoff. It returns the records
+// and when the fetch that returned them was sent, or false when ctx is
+// done.
 func (w *taskEnv) fetchRetrying(ctx context.Context, r *partitionReader, log *slog.Logger) ([]fetchedRecord, time.Time, bool) {
-	for attempt := 0; ctx.Err() == nil; attempt++ {
-		sent := time.Now()
-		recs, err := r.fetch(ctx)
-		if err == nil {
-			return recs, sent, true
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		log.Warn("fetch failed; retrying", "topic", r.topic, "offset", r.next, "err", err)
+	recs, sent, err := r.FetchRetrying(ctx, func(err error) {
+		log.Warn("fetch failed; retrying", "topic", r.Topic, "offset", r.Next, "err", err)
 		w.metrics.FetchErrors.Inc()
-		w.noteTaskErr(r.partition, fmt.Errorf("fetching %s-%d at offset %d: %w", r.topic, r.partition, r.next, err))
-		_ = sleep(ctx, backoff(attempt))
-	}
-	return nil, time.Time{}, false
+		w.noteTaskErr(r.Partition, fmt.Errorf("fetching %s-%d at offset %d: %w", r.Topic, r.Partition, r.Next, err))
+	})
+	return recs, sent, err == nil
 }
 
 // Bounds of the merge: how many records one side buffers before its reader
@@ -94,7 +86,7 @@ const (
 // which the caller does when runMerged returns.
 func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, st *stateTask, nr *partitionReader, head <-chan headFetch, log *slog.Logger) {
 	w := t.env
-	mCh := w.prefetch(fctx, wg, newPartitionReader(w.client, w.topics.Market, t.p, st.resumeAt, w.limits.FetchMaxWait), 1, log)
+	mCh := w.prefetch(fctx, wg, w.reader(w.topics.Market, t.p, st.resumeAt), 1, log)
 	m := newMerger(t, st)
 	m.free = make(chan *encoded, outboxDepth+2)
 	m.out = t.startOutbox(fctx, wg, m.free)
@@ -521,14 +513,14 @@ func (t *processTask) headStart(ctx context.Context, wg *sync.WaitGroup, nr *par
 		var h headFetch
 		defer func() { out <- h }()
 		h.f.sent = time.Now()
-		recs, err := nr.fetch(ctx)
+		recs, err := nr.Fetch(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.metrics.FetchErrors.Inc()
 			}
 			return
 		}
-		h.f.recs, h.f.next, h.f.hwm, h.fetched = recs, nr.next, nr.hwm, true
+		h.f.recs, h.f.next, h.f.hwm, h.fetched = recs, nr.Next, nr.HWM, true
 		h.e = endCheck{market: true, coverN: h.f.hwm, sent: time.Now()}
 		h.e.end, h.e.err = listOffset(ctx, w.client, w.topics.Market, t.p, kafka.LastOffset)
 		if h.e.err != nil && ctx.Err() == nil {
@@ -574,7 +566,7 @@ func (m *merger) takeMarket(f fetched) {
 
 func (m *merger) takeNotifications(f fetched) {
 	if (f.hwm >= 0 && f.hwm < m.nHwm) || (len(f.recs) > 0 && f.recs[0].Offset < m.nNext) {
-		// The log went back (a recreated topic, see reportOffsetReset):
+		// The log went back (a recreated topic, see taskEnv.offsetReset):
 		// what was cleared are offsets of the old log.
 		m.nCleared, m.nHwm = 0, 0
 	}

@@ -31,17 +31,17 @@ func TestOffsetOutOfRangeIsCountedAndLogged(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	w := &Processor{cfg: Config{Client: client, Topics: record.Topics{}.WithDefaults()}}
+	w.client, w.topics, w.limits.FetchMaxWait = client, w.cfg.Topics, 50*time.Millisecond
 	w.log = slog.New(slog.NewTextHandler(&logs, nil))
 	reg := prometheus.NewRegistry()
 	w.registerOffsetResets(reg)
-	defer w.forgetOffsetResets()
 
-	r := newPartitionReader(client, "notifications", 0, 1000, 50*time.Millisecond)
-	if _, err := r.fetch(ctx); err != nil {
+	r := w.reader("notifications", 0, 1000)
+	if _, err := r.Fetch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r.next != 0 {
-		t.Errorf("reader at %d after the reset, want the first offset 0", r.next)
+	if r.Next != 0 {
+		t.Errorf("reader at %d after the reset, want the first offset 0", r.Next)
 	}
 	m, err := reg.Gather()
 	if err != nil {

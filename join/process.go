@@ -155,7 +155,7 @@ func (t *processTask) run(ctx context.Context) {
 			cancel()
 			wg.Wait()
 		}()
-		nr := newPartitionReader(w.client, w.topics.Notifications, t.p, start, w.limits.FetchMaxWait)
+		nr := w.reader(w.topics.Notifications, t.p, start)
 		head := t.headStart(fctx, &wg, nr)
 		select {
 		case <-t.st.restored:
@@ -171,22 +171,13 @@ func (t *processTask) run(ctx context.Context) {
 	}
 	log.Info("processing notifications; their prices live on other tasks", "from_offset", start)
 	t.prog.begin(start)
-	r := newPartitionReader(w.client, w.topics.Notifications, t.p, start, w.limits.FetchMaxWait)
+	r := w.reader(w.topics.Notifications, t.p, start)
 	lookupFailures := 0
-	for attempt := 0; ctx.Err() == nil; {
-		recs, err := r.fetch(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn("fetch failed; retrying", "err", err)
-			w.metrics.FetchErrors.Inc()
-			w.noteTaskErr(t.p, fmt.Errorf("fetching %s-%d: %w", w.topics.Notifications, t.p, err))
-			_ = sleep(ctx, backoff(attempt))
-			attempt++
-			continue
+	for ctx.Err() == nil {
+		recs, _, ok := w.fetchRetrying(ctx, r, log)
+		if !ok {
+			return
 		}
-		attempt = 0
 		if len(recs) == 0 {
 			continue
 		}
@@ -197,10 +188,10 @@ func (t *processTask) run(ctx context.Context) {
 		t.gate.leave()
 		if err != nil {
 			// Not acknowledged: read the batch again.
-			r.next = recs[0].Offset
+			r.Next = recs[0].Offset
 			if errors.Is(err, errLookup) {
 				if !errors.Is(err, errRepartitioning) {
-					log.Warn("cannot look prices up; retrying the batch", "from_offset", r.next, "err", err)
+					log.Warn("cannot look prices up; retrying the batch", "from_offset", r.Next, "err", err)
 				}
 				w.noteTaskErr(t.p, err)
 				if sleep(ctx, backoff(lookupFailures)) != nil {
@@ -211,7 +202,7 @@ func (t *processTask) run(ctx context.Context) {
 			continue
 		}
 		lookupFailures = 0
-		t.ack(r.next, maxTs(recs))
+		t.ack(r.Next, maxTs(recs))
 	}
 }
 

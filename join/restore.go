@@ -313,7 +313,7 @@ func (s *stateTask) close() error {
 func (s *stateTask) run(ctx context.Context) {
 	defer close(s.stopped)
 	log := s.env.log.With("task", s.p, "topic", s.env.topics.Market)
-	r := newPartitionReader(s.env.client, s.env.topics.Market, s.p, s.appliedOffset()+1, s.env.limits.FetchMaxWait)
+	r := s.env.reader(s.env.topics.Market, s.p, s.appliedOffset()+1)
 	dlqFrom, ok := s.begin(ctx, log)
 	if !ok {
 		return
@@ -324,15 +324,15 @@ func (s *stateTask) run(ctx context.Context) {
 		return
 	}
 	s.rc.began.Store(began.UnixNano())
-	s.rc.from.Store(r.next)
+	s.rc.from.Store(r.Next)
 	s.rc.end.Store(end)
-	log.Info("restore started", "from_offset", r.next, "end_offset", end, "role", s.roleName(), "reason", s.restoreReason())
+	log.Info("restore started", "from_offset", r.Next, "end_offset", end, "role", s.roleName(), "reason", s.restoreReason())
 	s.observeEnd(end)
 	restoredRecords, ok := s.restore(ctx, r, end, dlqFrom, log)
 	if !ok {
 		return
 	}
-	s.restoreDone(began, restoredRecords, r.next, log)
+	s.restoreDone(began, restoredRecords, r.Next, log)
 	s.tail(ctx, r, dlqFrom, log)
 }
 
@@ -372,25 +372,28 @@ func (s *stateTask) begin(ctx context.Context, log *slog.Logger) (dlqFrom int64,
 }
 
 // restoreBounds reads the offsets the restore goes to (end) and from
-// (r.next, moved up to the log's first offset), failures retried with
+// (r.Next, moved up to the log's first offset), failures retried with
 // backoff; false when ctx ended first.
 func (s *stateTask) restoreBounds(ctx context.Context, r *partitionReader, log *slog.Logger) (end int64, ok bool) {
 	var first int64
 	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+		if ctx.Err() != nil {
+			return nil // stopped: Do returns ctx's error, nothing to log
+		}
 		log.Warn("cannot read the offsets to restore to; retrying", "err", err)
 		s.env.noteTaskErr(s.p, fmt.Errorf("reading the offsets of %s-%d: %w", s.env.topics.Market, s.p, err))
 		return nil
 	}, func(ctx context.Context) (err error) {
-		first, end, err = r.bounds(ctx)
+		first, end, err = r.Bounds(ctx)
 		return err
 	})
 	if err != nil {
 		return 0, false
 	}
-	if r.next < first {
+	if r.Next < first {
 		// A new store, or one older than the log's retention: the log
 		// holds nothing before first.
-		r.next = first
+		r.Next = first
 	}
 	return end, true
 }
@@ -462,14 +465,14 @@ const (
 // is done or the store closed.
 func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
 	w := s.env
-	if r.next >= end {
+	if r.Next >= end {
 		return 0, true
 	}
-	if m := w.limits.BulkRestoreMin; m >= 0 && end-r.next >= m {
+	if m := w.limits.BulkRestoreMin; m >= 0 && end-r.Next >= m {
 		s.bulk = true
 		return s.restoreLoaded(ctx, r, end, dlqFrom, log)
 	}
-	next := r.next // r belongs to the prefetcher from here until it stops
+	next := r.Next // r belongs to the prefetcher from here until it stops
 	fctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	ch := w.prefetch(fctx, &wg, r, restorePrefetch, log)
@@ -482,7 +485,7 @@ func (s *stateTask) restore(ctx context.Context, r *partitionReader, end, dlqFro
 		// what was.
 		stop()
 		wg.Wait()
-		r.next = next
+		r.Next = next
 	}()
 	var n int64
 	lastLog := time.Now()
@@ -614,8 +617,8 @@ func (s *stateTask) step(ctx context.Context, r *partitionReader, dlqFrom int64,
 	if err := s.applyRetrying(ctx, recs, dlqFrom); err != nil {
 		return 0, false
 	}
-	s.advance(r.next, -1)
-	s.observeEnd(r.hwm)
+	s.advance(r.Next, -1)
+	s.observeEnd(r.HWM)
 	if s.isStandby() {
 		s.countRestored(len(recs))
 	}

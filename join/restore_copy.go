@@ -21,16 +21,16 @@ import (
 // twice (at least once).
 func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *slog.Logger) bool {
 	w := s.env
-	r := newPartitionReader(w.client, w.topics.Market, s.p, from, w.limits.FetchMaxWait)
+	r := w.reader(w.topics.Market, s.p, from)
 	routed := 0
-	for r.next < to {
+	for r.Next < to {
 		// One round: a fetch and its dead letters, retried until it
 		// succeeds; each round's retries start from the shortest delay.
 		err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
-			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.next, "to_offset", to, "err", err)
+			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.Next, "to_offset", to, "err", err)
 			return nil
 		}, func(ctx context.Context) error {
-			recs, err := r.fetch(ctx)
+			recs, err := r.Fetch(ctx)
 			if err == nil {
 				recs = slices.DeleteFunc(recs, func(rec fetchedRecord) bool { return rec.Offset >= to })
 				var d decodedBatch
@@ -46,7 +46,7 @@ func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *s
 			if err != nil && len(recs) > 0 {
 				// Nothing is skipped: the reader goes back to the first
 				// record of the failed round.
-				r.next = recs[0].Offset
+				r.Next = recs[0].Offset
 			}
 			return err
 		})

@@ -38,21 +38,21 @@ const restoreStreams = 2
 // each read in restoreStreams ranges at once and committed as one load.
 // The reader is left after the last chunk committed.
 func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
-	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.next, int64(s.env.load.maxTicks)))), last: -1, maxTs: -1}
+	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.Next, int64(s.env.load.maxTicks)))), last: -1, maxTs: -1}
 	// Tick buffers go back to the readers once added (the Loader keeps
 	// none of them).
 	free := make(chan []statestore.Tick, 2*s.env.load.streams+2)
 	var n int64
 	lastLog := time.Now()
-	for r.next < end {
-		from, to := r.next, min(r.next+int64(s.env.load.maxTicks), end)
+	for r.Next < end {
+		from, to := r.Next, min(r.Next+int64(s.env.load.maxTicks), end)
 		streams := max(1, min(int64(s.env.load.streams), (to-from)/max(s.env.limits.BulkRestoreMin/2, 1)))
 		fctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		dch := make(chan decodedBatch, 2*streams)
 		for i := range streams {
 			a, b := from+(to-from)*i/streams, from+(to-from)*(i+1)/streams
-			s.readRange(fctx, &wg, newPartitionReader(r.client, r.topic, r.partition, a, r.maxWait), b, dlqFrom, dch, free, log)
+			s.readRange(fctx, &wg, readerAt(r, a), b, dlqFrom, dch, free, log)
 		}
 		go func() { wg.Wait(); close(dch) }()
 		ok := true
@@ -85,7 +85,7 @@ func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, 
 		if err := s.commitLoadRetrying(ctx, load); err != nil {
 			return n, false
 		}
-		r.next = to
+		r.Next = to
 		s.advance(to, -1)
 	}
 	return n, true
@@ -99,7 +99,7 @@ func (s *stateTask) readRange(ctx context.Context, wg *sync.WaitGroup, r *partit
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for r.next < to {
+		for r.Next < to {
 			recs, _, ok := s.env.fetchRetrying(ctx, r, log)
 			if !ok {
 				return
@@ -116,7 +116,7 @@ func (s *stateTask) readRange(ctx context.Context, wg *sync.WaitGroup, r *partit
 			default:
 			}
 			s.decodeInto(&d, recs, dlqFrom)
-			d.next, d.hwm = r.next, r.hwm
+			d.next, d.hwm = r.Next, r.HWM
 			select {
 			case dch <- d:
 			case <-ctx.Done():

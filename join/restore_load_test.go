@@ -105,8 +105,8 @@ func TestRestoreStoresEveryTick(t *testing.T) {
 			}
 			r := newPartitionReader(rig.st.env.client, "market", 0, 0, time.Millisecond)
 			n, ok := rig.st.restore(context.Background(), r, 40, 0, rig.st.env.log)
-			if !ok || n != 40 || rig.st.appliedOffset() != 39 || r.next != 40 {
-				t.Fatalf("restore: ok %v, %d records, applied offset %d, reader at %d; want true, 40, 39 and 40", ok, n, rig.st.appliedOffset(), r.next)
+			if !ok || n != 40 || rig.st.appliedOffset() != 39 || r.Next != 40 {
+				t.Fatalf("restore: ok %v, %d records, applied offset %d, reader at %d; want true, 40, 39 and 40", ok, n, rig.st.appliedOffset(), r.Next)
 			}
 			var got []statestore.Tick
 			for _, sym := range syms {
@@ -195,8 +195,8 @@ func TestStoppedRestoreResumesAfterWhatIsStored(t *testing.T) {
 			if <-done {
 				t.Fatal("a stopped restore reported success")
 			}
-			if got := rig.st.appliedOffset(); got != tc.applied || r.next != got+1 {
-				t.Fatalf("applied offset %d, reader at %d; want %d and the reader after it", got, r.next, tc.applied)
+			if got := rig.st.appliedOffset(); got != tc.applied || r.Next != got+1 {
+				t.Fatalf("applied offset %d, reader at %d; want %d and the reader after it", got, r.Next, tc.applied)
 			}
 		})
 	}

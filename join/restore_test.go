@@ -49,7 +49,7 @@ func TestRestoreReadsAheadButResumesAfterWhatItApplied(t *testing.T) {
 		t.Fatal("restore failed")
 	}
 	// Fetches of 3: 0–2, then 3–5 reach the end offset 5.
-	if n != 6 || st.appliedOffset() != 5 || r.next != 6 {
-		t.Errorf("restored %d records, applied offset %d, reader at %d; want 6, 5 and 6", n, st.appliedOffset(), r.next)
+	if n != 6 || st.appliedOffset() != 5 || r.Next != 6 {
+		t.Errorf("restored %d records, applied offset %d, reader at %d; want 6, 5 and 6", n, st.appliedOffset(), r.Next)
 	}
 }

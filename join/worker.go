@@ -236,7 +236,6 @@ func NewProcessor(cfg Config) (*Processor, error) {
 // stops every task and returns. It owns the membership loop, the committer
 // and every task goroutine, and waits for all of them.
 func (w *Processor) Run(ctx context.Context, m Membership) error {
-	defer w.forgetOffsetResets()
 	w.member = m
 	w.done = ctx.Done()
 	// Tasks run until stopAll cancels them, not until ctx ends: at
@@ -420,10 +419,32 @@ func (p *taskPlan) paused() map[int]bool {
 // (so /readyz never sees a half-applied assignment), then starts them. It
 // returns the state and standby tasks started.
 func (w *Processor) startTasks(ctx context.Context, a group.Assignment, plan *taskPlan, kept map[int]*statestore.Store) (states, standbys []*stateTask) {
+	// The new stores open first, a few at once (openStores): one at a
+	// time, a thousand of them outlast the group's session.
+	var toOpen []int
+	for _, s := range plan.startState {
+		if kept[s.p] == nil {
+			toOpen = append(toOpen, s.p)
+		}
+	}
+	for _, s := range plan.startStandby {
+		if kept[s.p] == nil {
+			toOpen = append(toOpen, s.p)
+		}
+	}
+	opened := w.openStores(ctx, toOpen)
+	for p, r := range opened { // taken below; the rest is closed with kept
+		if r.err == nil {
+			kept[p] = r.store
+		}
+	}
 	storeOf := func(p int) (*statestore.Store, error) {
 		if s := kept[p]; s != nil {
 			delete(kept, p)
 			return s, nil
+		}
+		if r, ok := opened[p]; ok && r.err != nil {
+			return nil, r.err
 		}
 		return w.openStore(ctx, p)
 	}
@@ -633,6 +654,37 @@ func (w *Processor) shuttingDown() bool {
 
 // pauseTimeout bounds how long a rebalance waits for batches in flight.
 const pauseTimeout = 5 * time.Second
+
+// openedStore is one store opened by openStores.
+type openedStore struct {
+	store *statestore.Store
+	err   error
+}
+
+// openStoresAtOnce is how many stores openStores opens in parallel.
+const openStoresAtOnce = 8
+
+// openStores opens the stores of ps, openStoresAtOnce at a time, and
+// returns each one's store or error.
+func (w *Processor) openStores(ctx context.Context, ps []int) map[int]openedStore {
+	out := make(map[int]openedStore, len(ps))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, openStoresAtOnce)
+	for _, p := range ps {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s, err := w.openStore(ctx, p)
+			mu.Lock()
+			out[p] = openedStore{s, err}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
 
 // openStore opens the store of p, giving up when ctx ends (a signal while
 // Pebble hangs on a full disk must still stop the worker).

@@ -21,10 +21,13 @@ type eosWiring struct {
 }
 
 // exactlyOnce makes the transactional producer under Config.ExactlyOnce
-// (its InitProducerID fences the worker's previous incarnation).
+// (its InitProducerID fences the worker's previous incarnation). The
+// tasks then fetch read_committed through fetch.CommittedClient, one
+// request per partition (the Mux, n.fetcher, does not read the aborted
+// transactions); under at-least-once they fetch through the Mux.
 func (n *Node) exactlyOnce(ctx context.Context, maxBytes map[string]int) (eosWiring, error) {
 	cfg := n.cfg
-	w := eosWiring{client: n.client, commitInterval: cfg.CommitInterval}
+	w := eosWiring{client: n.fetcher, commitInterval: cfg.CommitInterval}
 	if !cfg.ExactlyOnce {
 		return w, nil
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/joiner-dev/joiner/fetch"
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/httpapi"
 	"github.com/joiner-dev/joiner/internal/fielderr"
@@ -189,9 +190,12 @@ func (c Config) withDefaults() (Config, error) {
 
 // Node is one running worker. Build it with New, run it with Run.
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	client   *kafka.Client
+	cfg    Config
+	log    *slog.Logger
+	client *kafka.Client
+	// fetcher sends the tasks' fetches, one request per broker for all
+	// of them (fetch.Mux).
+	fetcher  *fetch.Mux
 	writer   *produce.Producer
 	stores   *statestore.Manager
 	worker   *join.Processor
@@ -220,7 +224,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.Close()
 		}
 	}()
-	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: cfg.Transport}
+	// Every request of the node goes through one transport that bounds
+	// how many are in flight, and so the node's connections
+	// (transport.go).
+	rt := newLimitTransport(cfg.Transport)
+	n.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 30 * time.Second, Transport: rt}
 	// The registry comes first: /metrics answers while bootstrap waits.
 	n.reg = prometheus.NewRegistry()
 	if cfg.ProcessMetrics {
@@ -233,6 +241,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.log.Info("topics are co-partitioned", "market", cfg.Topics.Market, "notifications", cfg.Topics.Notifications, "partitions", parts)
 	n.logReplay(ctx, parts)
+	if limit, err := checkFileLimit(parts, nofile.get, nofile.set); err != nil {
+		return nil, err
+	} else if limit > 0 {
+		n.log.Info("open-file limit", "limit", limit, "needed", filesNeeded(parts))
+	}
 
 	stores := cfg.StoreOptions
 	stores.Logger = n.log
@@ -256,7 +269,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// and is what alerts and dead letters are checked against.
 	maxBytes := OutputMaxBytes(ctx, n.client, cfg.Topics, n.log)
 	n.log.Info("output topics' max.message.bytes", "limits", maxBytes)
-	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.Transport, TopicMaxBytes: maxBytes})
+	n.writer, err = produce.New(produce.Config{Addr: kafka.TCP(cfg.Brokers...), Transport: rt, TopicMaxBytes: maxBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +277,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	checkMarketRetention(ctx, n.client, cfg.Topics.Market, n.historyRetention(), newRetentionGauge(n.reg), n.log)
+	n.fetcher = fetch.NewMux(n.client)
 	eos, err := n.exactlyOnce(ctx, maxBytes) // eos.go
 	if err != nil {
 		return nil, err
@@ -372,6 +386,9 @@ func (n *Node) close() error {
 	}
 	if n.writer != nil {
 		_ = n.writer.Close()
+	}
+	if n.fetcher != nil {
+		n.fetcher.Close()
 	}
 	if n.stores != nil {
 		err := n.stores.Close()

@@ -94,10 +94,11 @@ func (m *Manager) readClosedLocked(task int) (int64, error) {
 		// A torn or foreign sidecar: read the store itself.
 	}
 	db, err := pebble.Open(dir, &pebble.Options{
-		ReadOnly: true,
-		Cache:    m.cache,
-		FS:       m.fs,
-		Logger:   pebbleLogger{l: m.log.With("task", task)}, // no fatal hook: the store is not in use
+		ReadOnly:  true,
+		Cache:     m.cache,
+		FileCache: m.files,
+		FS:        m.fs,
+		Logger:    pebbleLogger{l: m.log.With("task", task)}, // no fatal hook: the store is not in use
 	})
 	if err != nil {
 		return 0, fmt.Errorf("open %s read-only: %w", dir, err)

@@ -121,7 +121,7 @@ func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, o
 }
 
 func copyPartition(ctx context.Context, client *kafka.Client, w *produce.Producer, topic, output string, p int, maxWait time.Duration, pad int) error {
-	r := &reader{client: client, topic: topic, partition: p, next: -1, maxWait: maxWait}
+	r := fetch.NewReader(client, topic, p, -1, maxWait, nil) // join's reader
 	// As join's prefetch: one goroutine fetches ahead (one batch buffered)
 	// while the previous batch is written.
 	ctx, cancel := context.WithCancel(ctx)
@@ -134,13 +134,11 @@ func copyPartition(ctx context.Context, client *kafka.Client, w *produce.Produce
 		defer wg.Done()
 		defer close(batches)
 		for ctx.Err() == nil {
-			recs, err := r.fetch(ctx)
+			recs, _, err := r.FetchRetrying(ctx, func(err error) {
+				fmt.Fprintf(os.Stderr, "passthrough: %v; retrying\n", err)
+			})
 			if err != nil {
-				if ctx.Err() == nil {
-					fmt.Fprintf(os.Stderr, "passthrough: %v; retrying\n", err)
-					time.Sleep(100 * time.Millisecond)
-				}
-				continue
+				return
 			}
 			if len(recs) == 0 {
 				continue
@@ -191,15 +189,15 @@ func padValues(buf []byte, msgs []kafka.Message, pad []byte) []byte {
 // consume reads partition p of topic from its first offset to the end
 // offset taken now, and prints the rate.
 func consume(ctx context.Context, client *kafka.Client, topic string, p int, maxWait time.Duration) error {
-	r := &reader{client: client, topic: topic, partition: p, next: -1, maxWait: maxWait}
+	r := fetch.NewReader(client, topic, p, -1, maxWait, nil) // join's reader
 	end, err := listOffset(ctx, client, topic, p, kafka.LastOffset)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	n := 0
-	for r.next < end {
-		recs, err := r.fetch(ctx)
+	for r.Next < end {
+		recs, err := r.Fetch(ctx)
 		if err != nil {
 			return err
 		}
@@ -208,46 +206,6 @@ func consume(ctx context.Context, client *kafka.Client, topic string, p int, max
 	d := time.Since(start)
 	fmt.Printf("consumed %d records in %s (%.0f records/s)\n", n, d.Round(time.Millisecond), float64(n)/d.Seconds())
 	return nil
-}
-
-// reader is join's partitionReader.fetch (join/input.go) without the
-// offset-reset handling: the same request and the same copying, from
-// package fetch.
-type reader struct {
-	client    *kafka.Client
-	topic     string
-	partition int
-	next      int64
-	maxWait   time.Duration
-	lastN     int
-	maxBytes  int // of the last fetch (fetch.NextMaxBytes)
-}
-
-func (r *reader) fetch(ctx context.Context) ([]fetch.Record, error) {
-	if r.next < 0 {
-		first, err := listOffset(ctx, r.client, r.topic, r.partition, kafka.FirstOffset)
-		if err != nil {
-			return nil, err
-		}
-		r.next = first
-	}
-	r.maxBytes = fetch.NextMaxBytes(r.maxBytes)
-	res, err := r.client.Fetch(ctx, fetch.Request(r.topic, r.partition, r.next, r.maxWait, r.maxBytes))
-	if err != nil {
-		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, err)
-	}
-	if res.Error != nil {
-		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.topic, r.partition, r.next, res.Error)
-	}
-	out, err := fetch.Records(res.Records, r.next, make([]fetch.Record, 0, r.lastN))
-	if len(out) > 0 {
-		r.next = out[len(out)-1].Offset + 1
-		r.lastN = len(out)
-	}
-	if err != nil {
-		return out, fmt.Errorf("fetch %s-%d: %w", r.topic, r.partition, err)
-	}
-	return out, nil
 }
 
 func listOffset(ctx context.Context, c *kafka.Client, topic string, partition int, which int64) (int64, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/fetch"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -52,13 +53,13 @@ func testCopyAll(t *testing.T, pad int) {
 	for deadline := time.Now().Add(20 * time.Second); n < len(want) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		n = 0
 		for p := range 3 {
-			r := &reader{client: client, topic: "out", partition: p, next: -1, maxWait: 10 * time.Millisecond}
+			r := fetch.NewReader(client, "out", p, -1, 10*time.Millisecond, nil)
 			end, err := listOffset(ctx, client, "out", p, kafka.LastOffset)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for r.next < end {
-				recs, err := r.fetch(ctx)
+			for r.Next < end {
+				recs, err := r.Fetch(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
