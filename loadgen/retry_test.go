@@ -2,8 +2,8 @@ package loadgen
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
