@@ -37,6 +37,8 @@ type encoded struct {
 	// src is the offset of the notification whose alert is added next
 	// (alertSpan.off), set by the caller.
 	src int64
+	// notified encodes the alerts' notification times (addPriced).
+	notified record.NotifiedAt
 }
 
 // alertSpan locates one alert in encoded.buf: key [k, v), value [v, e);
@@ -82,7 +84,7 @@ func (e *encoded) endAlert(k, v int, result record.Result) {
 // (see record.AlertEncoder.AppendPriced).
 func (e *encoded) addPriced(enc *record.AlertEncoder, n *record.NotificationValue, headers []kafka.Header, nTsMs int64, priceFields []byte, result record.Result) {
 	k, v := e.key(n.Symbol)
-	e.buf = enc.AppendPriced(e.buf, n, nTsMs, priceFields, result)
+	e.buf = enc.AppendPricedAt(e.buf, n, e.notified.Field(nTsMs), priceFields, result)
 	e.endNotified(k, v, n, headers, result)
 }
 
