@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	retry "github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
@@ -371,7 +371,7 @@ func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error
 			return nil // every message was dropped
 		}
 	}
-	return retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+	return backoff.Do(ctx, backoff.Default, func(_ int, err error, _ time.Duration) error {
 		o.failed(err)
 		return nil
 	}, func(ctx context.Context) error {
@@ -387,7 +387,7 @@ func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error
 				return nil
 			}
 			if ctx.Err() != nil {
-				return retry.Permanent(ctx.Err())
+				return backoff.Permanent(ctx.Err())
 			}
 			var rej *produce.RejectedError
 			if !errors.As(err, &rej) {
