@@ -392,7 +392,7 @@ func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error
 			var rej *produce.RejectedError
 			if !errors.As(err, &rej) {
 				if o.w.txnFailed(err) { // exactly-once: not retried, the transaction aborts (txn.go)
-					return retry.Permanent(err)
+					return backoff.Permanent(err)
 				}
 				return err
 			}

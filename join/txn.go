@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -423,6 +424,8 @@ func (c *txnCommitter) begin(ctx context.Context, w *Processor) error {
 func (c *txnCommitter) replace(ctx context.Context, w *Processor) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*c.cfg.TransactionTimeout)
 	defer cancel()
+	// Hand-written rather than backoff.Do: it gives up after 3 attempts
+	// (the next commit tick tries again) and logs each differently.
 	for attempt := 0; ; attempt++ {
 		p, err := c.cfg.NewProducer(ctx)
 		if err == nil {
@@ -437,7 +440,7 @@ func (c *txnCommitter) replace(ctx context.Context, w *Processor) error {
 			return err
 		}
 		w.log.Warn("cannot make a new transactional producer; retrying", "err", err)
-		if sleep(ctx, backoff(attempt)) != nil {
+		if backoff.Sleep(ctx, backoff.Default.Delay(attempt)) != nil {
 			return ctx.Err()
 		}
 	}
