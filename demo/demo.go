@@ -47,6 +47,9 @@ type Config struct {
 	ExtraFields bool
 	Headers     bool
 	Grace       time.Duration
+	// ExactlyOnce runs the workers exactly-once (node.Config.ExactlyOnce)
+	// and reads the alerts read_committed.
+	ExactlyOnce bool
 	// Timeout bounds the whole run.
 	Timeout time.Duration
 	// Progress receives progress lines. Default: io.Discard.
@@ -190,7 +193,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		JoinConfig:   node.JoinConfig{Fields: cfg.Fields, Grace: cfg.Grace},
 		MemberConfig: node.MemberConfig{Assignor: cfg.Assignor},
 		Logger:       cfg.Logger,
+		ExactlyOnce:  cfg.ExactlyOnce,
 	}, names)
+	b.ReadCommitted = b.ReadCommitted || cfg.ExactlyOnce
 	if err != nil {
 		return Report{}, err
 	}
@@ -211,6 +216,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	// An alert is counted right after Kafka acknowledges it: wait for the
 	// counters to catch up with what was read.
 	rep := f.report(cfg, sum.Notifications, alerts.Records)
+	// Not backoff.Do: a poll of the counters with a deadline, nothing fails and is retried.
 	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(alerts.Distinct()) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		rep = f.report(cfg, sum.Notifications, alerts.Records)

@@ -49,6 +49,8 @@ type Metrics struct {
 	DeadLettersDropped   *prometheus.CounterVec
 	// joiner_output_blocked
 	OutputBlocked prometheus.Gauge
+	// txn are the exactly-once metrics (txn.go).
+	txn txnMetrics
 }
 
 // Reasons of joiner_restore_records_total: why market records were applied
@@ -220,6 +222,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.DeadLettersTruncated.WithLabelValues(r)
 		m.DeadLettersDropped.WithLabelValues(r)
 	}
+	m.txn = newTxnMetrics(reg)
 	return m
 }
 

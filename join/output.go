@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	retry "github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
@@ -371,7 +371,7 @@ func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error
 			return nil // every message was dropped
 		}
 	}
-	return retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+	return backoff.Do(ctx, backoff.Default, func(_ int, err error, _ time.Duration) error {
 		o.failed(err)
 		return nil
 	}, func(ctx context.Context) error {
@@ -387,10 +387,13 @@ func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error
 				return nil
 			}
 			if ctx.Err() != nil {
-				return retry.Permanent(ctx.Err())
+				return backoff.Permanent(ctx.Err())
 			}
 			var rej *produce.RejectedError
 			if !errors.As(err, &rej) {
+				if o.w.txnFailed(err) { // exactly-once: not retried, the transaction aborts (txn.go)
+					return backoff.Permanent(err)
+				}
 				return err
 			}
 			// Every other message was written: send the refused ones
@@ -599,8 +602,12 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
+	if err := w.txnHold(ctx, t); err != nil { // exactly-once: until ack (txn.go)
+		return err
+	}
 	rerouted, err := w.writeOutWith(ctx, s, t.p, batches, dead)
 	if err != nil {
+		w.txnDrop(t, err)
 		return err
 	}
 	// Counted per result, one counter update per result and write.

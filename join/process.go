@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
@@ -132,6 +133,7 @@ func newProcessTask(env *taskEnv, p int, st *stateTask) *processTask {
 func (t *processTask) ack(next, tsMs int64) {
 	t.ackedTs.Store(max(t.ackedTs.Load(), tsMs))
 	t.acked.Store(next)
+	t.env.txnRelease(t) // exactly-once: the write and its ack are in one transaction
 }
 
 func (t *processTask) run(ctx context.Context) {
@@ -193,7 +195,8 @@ func (t *processTask) run(ctx context.Context) {
 					log.Warn("cannot look prices up; retrying the batch", "from_offset", r.Next, "err", err)
 				}
 				w.noteTaskErr(t.p, err)
-				if sleep(ctx, backoff(lookupFailures)) != nil {
+				// Not backoff.Do: the retry is the fetch loop's next pass (the batch is read again from r.Next), and a success resets it.
+				if backoff.Sleep(ctx, backoff.Default.Delay(lookupFailures)) != nil {
 					return
 				}
 				lookupFailures++
