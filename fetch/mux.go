@@ -151,6 +151,10 @@ func (m *Mux) Close() {
 
 var errMuxClosed = errors.New("fetch: the fetcher is closed")
 
+// Client returns the client m fetches with (package join dials the same
+// brokers with its TLS and SASL settings for a read of its own).
+func (m *Mux) Client() *kafka.Client { return m.c }
+
 // ListOffsets is the underlying client's.
 func (m *Mux) ListOffsets(ctx context.Context, req *kafka.ListOffsetsRequest) (*kafka.ListOffsetsResponse, error) {
 	return m.c.ListOffsets(ctx, req)

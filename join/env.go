@@ -1,6 +1,7 @@
 package join
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,10 @@ type peers interface {
 	owner(q int) (group.Owner, bool)
 	mapping() (parts int, past []int)
 	repartitioning(parts int) bool
+	// planReady is nil when a notification of task p at offset off with
+	// timestamp tsMs (the last of a batch) may be joined under a plan of
+	// parts partitions (planconfirm.go).
+	planReady(ctx context.Context, parts, p int, off, tsMs int64) error
 }
 
 // init sets e up as the environment of cfg's tasks (cfg has its

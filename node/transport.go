@@ -42,6 +42,11 @@ func newLimitTransport(rt kafka.RoundTripper) *limitTransport {
 	return &limitTransport{rt: rt, produce: make(chan struct{}, produceInflight), other: make(chan struct{}, otherInflight)}
 }
 
+// Unwrap returns the transport t limits: package join reads its TLS and
+// SASL settings for a connection of its own (the partition counts it
+// confirms uncached).
+func (t *limitTransport) Unwrap() kafka.RoundTripper { return t.rt }
+
 func (t *limitTransport) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
 	var sem chan struct{}
 	switch req.ApiKey() {
