@@ -211,6 +211,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	// An alert is counted right after Kafka acknowledges it: wait for the
 	// counters to catch up with what was read.
 	rep := f.report(cfg, sum.Notifications, alerts.Records)
+	// Not backoff.Do: a poll of the counters with a deadline, nothing fails and is retried.
 	for deadline := time.Now().Add(5 * time.Second); rep.total() < int64(alerts.Distinct()) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		rep = f.report(cfg, sum.Notifications, alerts.Records)

@@ -153,6 +153,7 @@ func (m *Member) Run(ctx context.Context) error {
 		memberID string
 		retry    = backoff.Retry{Policy: backoff.Default}
 	)
+	// Not backoff.Do: this is the membership state machine (rejoin, reset, stop, back off by error class; a join resets the backoff), not one retried call.
 	for {
 		if ctx.Err() != nil {
 			return m.leave(ctx, memberID)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
-	retry "github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -27,14 +27,14 @@ func (w *taskEnv) uncommittedStart(ctx context.Context, topic string, p int) (in
 		return -1, nil
 	}
 	var end int64
-	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+	err := backoff.Do(ctx, backoff.Default, func(_ int, err error, _ time.Duration) error {
 		w.metrics.FetchErrors.Inc()
 		w.log.Warn("cannot read the end offset for --start-offset latest; retrying", "topic", topic, "partition", p, "err", err)
 		return nil
 	}, func(ctx context.Context) (err error) {
 		end, err = listOffset(ctx, w.client, topic, p, kafka.LastOffset)
 		if err != nil && ctx.Err() != nil {
-			return retry.Permanent(ctx.Err())
+			return backoff.Permanent(ctx.Err())
 		}
 		return err
 	})
@@ -57,13 +57,13 @@ func validStartOffset(s string) error {
 // none, retrying until ctx is done.
 func (w *taskEnv) committedOffset(ctx context.Context, topic string, p int) (int64, error) {
 	var offs map[int]int64
-	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+	err := backoff.Do(ctx, backoff.Default, func(_ int, err error, _ time.Duration) error {
 		w.log.Warn("cannot fetch the committed offset; retrying", "topic", topic, "partition", p, "err", err)
 		return nil
 	}, func(ctx context.Context) (err error) {
 		offs, err = w.member.FetchOffsets(ctx, topic, []int{p})
 		if err != nil && ctx.Err() != nil {
-			return retry.Permanent(ctx.Err())
+			return backoff.Permanent(ctx.Err())
 		}
 		return err
 	})

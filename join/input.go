@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/fetch"
-	retry "github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -51,10 +50,3 @@ func readerAt(r *partitionReader, next int64) *partitionReader {
 func listOffset(ctx context.Context, c Fetcher, topic string, partition int, which int64) (int64, error) {
 	return fetch.ListOffset(ctx, c, topic, partition, which)
 }
-
-// backoff returns the delay before retry n (from 0): internal/backoff's
-// default policy, 100ms doubling to 5s, jittered.
-func backoff(n int) time.Duration { return retry.Default.Delay(n) }
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error { return retry.Sleep(ctx, d) }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/joiner-dev/joiner/group"
-	retry "github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,12 +122,12 @@ func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, task int
 	start := time.Now()
 	defer func() { c.hist.Observe(time.Since(start).Seconds()) }()
 	var last, final error // the last failure; one no retry fixes
-	err = retry.Do(ctx, remoteRetry, nil, func(ctx context.Context) error {
+	err = backoff.Do(ctx, remoteRetry, nil, func(ctx context.Context) error {
 		var again bool
 		p, found, again, last = c.get(ctx, u)
 		if last != nil && !again {
 			final = last
-			return retry.Permanent(last)
+			return backoff.Permanent(last)
 		}
 		return last
 	})
@@ -144,7 +144,7 @@ func (c *remoteClient) lookup(ctx context.Context, addr, symbol string, task int
 
 // remoteRetry spaces the retries of a remote lookup: half the default
 // delays, within its RemoteTimeout.
-var remoteRetry = retry.Policy{Min: retry.Default.Min / 2, Max: retry.Default.Max / 2}
+var remoteRetry = backoff.Policy{Min: backoff.Default.Min / 2, Max: backoff.Default.Max / 2}
 
 // lookupOnce is lookup without retries, for a merged task's merge loop,
 // which must not stop reading its own market for long (the owner may be

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	retry "github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -140,7 +140,7 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 // closed.
 func (m *merger) lookupFailed(ctx context.Context, err error, failures int, mCh, nCh <-chan fetched, ends <-chan endCheck, log *slog.Logger) bool {
 	m.t.env.noteTaskErr(m.t.p, err)
-	delay := backoff(failures)
+	delay := backoff.Default.Delay(failures)
 	switch {
 	case errors.Is(err, errRepartitioning):
 		delay = 100 * time.Millisecond
@@ -227,7 +227,7 @@ func (m *merger) awaitInput(ctx, fctx context.Context, wg *sync.WaitGroup, mCh, 
 // A batch that failed because another task's market was not read past
 // one of its notifications yet is retried after crossTaskRetry's delay
 // (its warning logged once it failed crossTaskWarnAfter times in a row).
-var crossTaskRetry = retry.Policy{Min: 20 * time.Millisecond, Max: time.Second}
+var crossTaskRetry = backoff.Policy{Min: 20 * time.Millisecond, Max: time.Second}
 
 const crossTaskWarnAfter = 10
 

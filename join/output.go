@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	retry "github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
@@ -37,6 +37,8 @@ type encoded struct {
 	// src is the offset of the notification whose alert is added next
 	// (alertSpan.off), set by the caller.
 	src int64
+	// notified encodes the alerts' notification times (addPriced).
+	notified record.NotifiedAt
 }
 
 // alertSpan locates one alert in encoded.buf: key [k, v), value [v, e);
@@ -82,7 +84,7 @@ func (e *encoded) endAlert(k, v int, result record.Result) {
 // (see record.AlertEncoder.AppendPriced).
 func (e *encoded) addPriced(enc *record.AlertEncoder, n *record.NotificationValue, headers []kafka.Header, nTsMs int64, priceFields []byte, result record.Result) {
 	k, v := e.key(n.Symbol)
-	e.buf = enc.AppendPriced(e.buf, n, nTsMs, priceFields, result)
+	e.buf = enc.AppendPricedAt(e.buf, n, e.notified.Field(nTsMs), priceFields, result)
 	e.endNotified(k, v, n, headers, result)
 }
 
@@ -369,7 +371,7 @@ func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error
 			return nil // every message was dropped
 		}
 	}
-	return retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+	return backoff.Do(ctx, backoff.Default, func(_ int, err error, _ time.Duration) error {
 		o.failed(err)
 		return nil
 	}, func(ctx context.Context) error {
@@ -385,7 +387,7 @@ func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error
 				return nil
 			}
 			if ctx.Err() != nil {
-				return retry.Permanent(ctx.Err())
+				return backoff.Permanent(ctx.Err())
 			}
 			var rej *produce.RejectedError
 			if !errors.As(err, &rej) {

@@ -29,7 +29,10 @@ func BenchmarkJoinPath(b *testing.B) {
 	// restored past it); before-newest: each falls between the newest
 	// version and the one before, which the merged task keeps in memory
 	// (a task at the head with a grace that saw one tick of the symbol).
-	for _, name := range []string{"latest", "history", "before-newest"} {
+	// latest-400B is latest with notifications of 400 bytes, padded by a
+	// nested "meta" object as `joiner loadgen --notification-bytes 400`
+	// pads them.
+	for _, name := range []string{"latest", "history", "before-newest", "latest-400B"} {
 		b.Run(name, func(b *testing.B) { benchmarkJoinPath(b, name) })
 	}
 }
@@ -83,8 +86,11 @@ func benchmarkJoinPath(b *testing.B, mode string) {
 		case "before-newest":
 			ts = int64(1000*(versions-1) + i%1000) // after version 9, before 10
 		}
-		recs[i] = fetchedRecord{Offset: int64(i), Time: time.UnixMilli(ts), Key: fmt.Appendf(nil, "SYM%04d", i%symbols),
-			Value: fmt.Appendf(nil, `{"id":"n-%d","user":"u-%d","symbol":"SYM%04d","text":"SYM%04d moved 2.5%% today"}`, i, i%97, i%symbols, i%symbols)}
+		v := fmt.Appendf(nil, `{"id":"n-%d","user":"u-%d","symbol":"SYM%04d","text":"SYM%04d moved 2.5%% today"}`, i, i%97, i%symbols, i%symbols)
+		if mode == "latest-400B" {
+			v = padNotification(v, 400)
+		}
+		recs[i] = fetchedRecord{Offset: int64(i), Time: time.UnixMilli(ts), Key: fmt.Appendf(nil, "SYM%04d", i%symbols), Value: v}
 	}
 	ctx := context.Background()
 	var (
@@ -109,4 +115,15 @@ func benchmarkJoinPath(b *testing.B, mode string) {
 		dead, _ := t.joinInto(ctx, &e, recs)
 		_, _ = w.writeOutWith(ctx, &scratch, 0, []*encoded{&e}, dead)
 	}))/float64(len(recs)), "allocs/notification")
+}
+
+// padNotification is v with a "meta" member before its closing brace that
+// makes it size bytes, as loadgen's --notification-bytes pads.
+func padNotification(v []byte, size int) []byte {
+	const head, tail = `,"meta":{"channel":"push","lang":"id","body":"`, `"}}`
+	out := append(append([]byte(nil), v[:len(v)-1]...), head...)
+	for i := 0; len(out)+len(tail) < size; i++ {
+		out = append(out, "lorem ipsum "[i%12])
+	}
+	return append(out, tail...)
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
@@ -193,7 +194,8 @@ func (t *processTask) run(ctx context.Context) {
 					log.Warn("cannot look prices up; retrying the batch", "from_offset", r.Next, "err", err)
 				}
 				w.noteTaskErr(t.p, err)
-				if sleep(ctx, backoff(lookupFailures)) != nil {
+				// Not backoff.Do: the retry is the fetch loop's next pass (the batch is read again from r.Next), and a success resets it.
+				if backoff.Sleep(ctx, backoff.Default.Delay(lookupFailures)) != nil {
 					return
 				}
 				lookupFailures++

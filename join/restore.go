@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	retry "github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/joiner-dev/joiner/statestore"
 )
@@ -376,7 +376,7 @@ func (s *stateTask) begin(ctx context.Context, log *slog.Logger) (dlqFrom int64,
 // backoff; false when ctx ended first.
 func (s *stateTask) restoreBounds(ctx context.Context, r *partitionReader, log *slog.Logger) (end int64, ok bool) {
 	var first int64
-	err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+	err := backoff.Do(ctx, backoff.Default, func(_ int, err error, _ time.Duration) error {
 		if ctx.Err() != nil {
 			return nil // stopped: Do returns ctx's error, nothing to log
 		}
@@ -594,14 +594,14 @@ func (s *stateTask) applyDecodedRetrying(ctx context.Context, d decodedBatch) er
 // with attrs) and noted as the task's last error, with backoff. It fails
 // only when ctx is done or the store was closed (errTaskStopped).
 func (s *stateTask) storeRetrying(ctx context.Context, msg string, fn func(ctx context.Context) error, attrs ...any) error {
-	return retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+	return backoff.Do(ctx, backoff.Default, func(_ int, err error, _ time.Duration) error {
 		s.env.log.Warn(msg, append(append([]any{"task", s.p}, attrs...), "err", err)...)
 		s.env.noteTaskErr(s.p, err)
 		return nil
 	}, func(ctx context.Context) error {
 		err := taskStoppedErr(fn(ctx))
 		if err != nil && (ctx.Err() != nil || errors.Is(err, errTaskStopped)) {
-			return retry.Permanent(err)
+			return backoff.Permanent(err)
 		}
 		return err
 	})

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	retry "github.com/joiner-dev/joiner/internal/backoff"
+	"github.com/joiner-dev/joiner/internal/backoff"
 )
 
 // deadLetterCopied dead-letters the malformed records of market-p in
@@ -26,7 +26,7 @@ func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *s
 	for r.Next < to {
 		// One round: a fetch and its dead letters, retried until it
 		// succeeds; each round's retries start from the shortest delay.
-		err := retry.Do(ctx, retry.Default, func(_ int, err error, _ time.Duration) error {
+		err := backoff.Do(ctx, backoff.Default, func(_ int, err error, _ time.Duration) error {
 			log.Warn("dead-lettering the malformed ticks a standby copy skipped; retrying", "from_offset", r.Next, "to_offset", to, "err", err)
 			return nil
 		}, func(ctx context.Context) error {
@@ -41,7 +41,7 @@ func (s *stateTask) deadLetterCopied(ctx context.Context, from, to int64, log *s
 				}
 			}
 			if ctx.Err() != nil {
-				return retry.Permanent(ctx.Err())
+				return backoff.Permanent(ctx.Err())
 			}
 			if err != nil && len(recs) > 0 {
 				// Nothing is skipped: the reader goes back to the first

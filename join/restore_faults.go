@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/joiner-dev/joiner/internal/backoff"
 	"github.com/joiner-dev/joiner/statestore"
 )
 
@@ -118,9 +119,9 @@ func (w *Processor) retryStore(ctx context.Context, r *storeRetry, err error) {
 	// waits (and says how long) before it, and after storeOpenAttempts
 	// the store is rebuilt instead of given up on.
 	for attempt := range storeOpenAttempts {
-		d := backoff(attempt)
+		d := backoff.Default.Delay(attempt)
 		w.log.Warn("retrying to open the task store", "task", p, "attempt", attempt+1, "of", storeOpenAttempts, "in", d, "err", err)
-		if sleep(ctx, d) != nil {
+		if backoff.Sleep(ctx, d) != nil {
 			return
 		}
 		var store *statestore.Store

@@ -23,36 +23,41 @@ const DefaultRetryTimeout = 2 * time.Minute
 // p.retried. The error it gives up with lists each distinct cause once,
 // with a count.
 func (p *producer) write(ctx context.Context, msgs []kafka.Message) error {
-	var failingSince time.Time
+	var (
+		failingSince time.Time
+		failed       []kafka.Message // the last attempt's, of len(sent)
+		sent         int
+		causes       []string
+	)
 	errs := map[string]int{}
-	for attempt := 0; ; attempt++ {
+	return backoff.Do(ctx, backoff.Default, func(_ int, _ error, d time.Duration) error {
+		if time.Since(failingSince) >= p.retryTimeout {
+			return fielderr.Errorf("gave up on %d records after writes failed for %s ({RetryTimeout}): %s",
+				len(failed), p.retryTimeout, summarize(errs))
+		}
+		p.retried += len(failed)
+		fmt.Fprintf(p.out, "loadgen: %d of %d records not acknowledged (%s); retrying in %s\n",
+			len(failed), sent, summarize(countOf(causes)), d)
+		msgs = failed
+		return nil
+	}, func(ctx context.Context) error {
 		err := p.w.WriteMessages(ctx, msgs...)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return backoff.Permanent(ctx.Err())
 		}
-		failed, causes := splitWriteError(err, msgs)
+		failed, causes = splitWriteError(err, msgs)
+		sent = len(msgs)
 		for _, c := range causes {
 			errs[c]++
 		}
 		if len(failed) < len(msgs) || failingSince.IsZero() {
 			failingSince = time.Now() // progress (or the first failure) restarts the clock
 		}
-		if time.Since(failingSince) >= p.retryTimeout {
-			return fielderr.Errorf("gave up on %d records after writes failed for %s ({RetryTimeout}): %s",
-				len(failed), p.retryTimeout, summarize(errs))
-		}
-		p.retried += len(failed)
-		d := backoff.Default.Delay(attempt)
-		fmt.Fprintf(p.out, "loadgen: %d of %d records not acknowledged (%s); retrying in %s\n",
-			len(failed), len(msgs), summarize(countOf(causes)), d)
-		if err := backoff.Sleep(ctx, d); err != nil {
-			return err
-		}
-		msgs = failed
-	}
+		return err
+	})
 }
 
 // splitWriteError returns the messages of msgs that err says failed, and

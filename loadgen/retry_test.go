@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -123,5 +124,39 @@ func TestRunGivesUpWithOneConciseError(t *testing.T) {
 	}
 	if len(msg) > 600 {
 		t.Errorf("error is %d bytes, want a concise line: %s", len(msg), msg)
+	}
+}
+
+// A run stopped while it retries says why its writes were failing: the
+// error is the context's and names the last write's cause, and the run
+// stops at once instead of sleeping out the retry timeout.
+func TestRunStoppedWhileRetryingNamesTheLastCause(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "market", "notifications"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	failed := failProduce(c, -1)
+	w := oneShotWriter(c.ListenAddrs())
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for failed.Load() < 3 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(30 * time.Millisecond) // into the third wait, 200-400ms
+		cancel()
+	}()
+	start := time.Now()
+	_, err = Run(ctx, Config{Writer: w, Symbols: 50, TicksPerSymbol: 1, RetryTimeout: time.Minute})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if !strings.Contains(err.Error(), "Request Timed Out") {
+		t.Errorf("error %q does not name the failing writes' cause", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("stopped after %s, want soon after the cancel", d)
 	}
 }

@@ -126,19 +126,18 @@ func (w *txnWriter) transaction(ctx context.Context, msgs []kafka.Message, commi
 // aborted and retried whole, with backoff, for up to the retry timeout.
 func (p *producer) writeTxn(ctx context.Context, msgs []kafka.Message) error {
 	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		err := p.txn.write(ctx, msgs)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil || errors.Is(err, produce.ErrFenced) || time.Since(start) >= p.retryTimeout {
+	return backoff.Do(ctx, backoff.Default, func(_ int, err error, d time.Duration) error {
+		if time.Since(start) >= p.retryTimeout {
 			return err
 		}
 		p.retried += len(msgs)
-		d := backoff.Default.Delay(attempt)
 		fmt.Fprintf(p.out, "loadgen: transaction of %d records failed (%v); retrying in %s\n", len(msgs), err, d)
-		if err := backoff.Sleep(ctx, d); err != nil {
-			return err
+		return nil
+	}, func(ctx context.Context) error {
+		err := p.txn.write(ctx, msgs)
+		if err != nil && (ctx.Err() != nil || errors.Is(err, produce.ErrFenced)) {
+			return backoff.Permanent(err)
 		}
-	}
+		return err
+	})
 }

@@ -48,6 +48,7 @@ func (n *Node) bootstrap(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer waiting.stop()
+	// Not backoff.Do: the last wait is cut to what is left of the startup timeout (and logged so), which Do's policy delay cannot be.
 	for attempt := 0; ; attempt++ {
 		// No attempt outlasts the startup timeout (the client's own
 		// timeout is 30s).

@@ -577,7 +577,6 @@ func (p *Producer) sendRequest(ctx context.Context, b *batch) error {
 // sendBuilt sends b.buf, retrying retriable errors: it is sent
 // byte-identical every time.
 func (p *Producer) sendBuilt(ctx context.Context, b *batch, transactionalID string) error {
-	retry := backoff.Retry{Policy: p.backoff}
 	req := &kafka.RawProduceRequest{
 		Topic:           b.topic,
 		Partition:       b.partition,
@@ -585,22 +584,37 @@ func (p *Producer) sendBuilt(ctx context.Context, b *batch, transactionalID stri
 		TransactionalID: transactionalID,
 		RawRecords:      protocol.RawRecordSet{Reader: &b.rd},
 	}
-	for attempt := 1; ; attempt++ {
-		gen := p.refreshGen.Load()
+	where := func() string { return fmt.Sprintf("writing %d messages to %s-%d", len(b.window), b.topic, b.partition) }
+	var (
+		stopped bool // the error already says where
+		refresh bool // before the next attempt
+		gen     uint64
+	)
+	err := backoff.Do(ctx, p.backoff, func(attempt int, err error, _ time.Duration) error {
+		if attempt+1 >= p.attempts {
+			return fmt.Errorf("giving up after %d attempts: %w", attempt+1, err)
+		}
+		if refresh {
+			p.refresh(ctx, gen, b.topic)
+		}
+		return nil
+	}, func(ctx context.Context) error {
+		gen = p.refreshGen.Load()
 		b.rd.Reset(b.buf)
 		err := p.produce(ctx, req)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("writing %d messages to %s-%d: %w", len(b.window), b.topic, b.partition, ctx.Err())
+			return backoff.Permanent(ctx.Err())
 		}
 		if p.txn != nil {
 			if tk, ok := classifyTxn(err, opProduce); ok {
 				if tk == txnDuplicate {
 					return nil // written by an earlier attempt
 				}
-				return &sequenceError{kind: tk, err: fmt.Errorf("writing %d messages to %s-%d: %w", len(b.window), b.topic, b.partition, err)}
+				stopped = true
+				return backoff.Permanent(&sequenceError{kind: tk, err: fmt.Errorf("%s: %w", where(), err)})
 			}
 		}
 		kind := classify(err)
@@ -608,27 +622,26 @@ func (p *Producer) sendBuilt(ctx context.Context, b *batch, transactionalID stri
 			// The Transport's metadata may predate the topic: refresh it
 			// and look again; a topic still missing is an error.
 			p.refresh(ctx, gen, b.topic)
+			stopped = true
 			if n, lerr := p.partitions(ctx, b.topic); lerr != nil {
-				return lerr
+				return backoff.Permanent(lerr)
 			} else if n <= b.partition {
-				return fmt.Errorf("writing to %s-%d: the topic has %d partitions now (it was recreated or changed under a running worker): restart the worker: %w",
-					b.topic, b.partition, n, err)
+				return backoff.Permanent(fmt.Errorf("writing to %s-%d: the topic has %d partitions now (it was recreated or changed under a running worker): restart the worker: %w",
+					b.topic, b.partition, n, err))
 			}
+			stopped = false
 			kind = refreshRetry
 		}
 		if kind == fatal {
-			return fmt.Errorf("writing %d messages to %s-%d: %w (not retriable: %s)", len(b.window), b.topic, b.partition, err, advice(err))
+			return backoff.Permanent(fmt.Errorf("%w (not retriable: %s)", err, advice(err)))
 		}
-		if attempt >= p.attempts {
-			return fmt.Errorf("writing %d messages to %s-%d: giving up after %d attempts: %w", len(b.window), b.topic, b.partition, attempt, err)
-		}
-		if kind == refreshRetry {
-			p.refresh(ctx, gen, b.topic)
-		}
-		if serr := backoff.Sleep(ctx, retry.Next()); serr != nil {
-			return fmt.Errorf("writing %d messages to %s-%d: %w (last error: %v)", len(b.window), b.topic, b.partition, serr, err)
-		}
+		refresh = kind == refreshRetry
+		return err
+	})
+	if err == nil || stopped {
+		return err
 	}
+	return fmt.Errorf("%s: %w", where(), err)
 }
 
 // produce sends one Produce request and returns its error or the

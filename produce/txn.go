@@ -268,28 +268,31 @@ func (p *Producer) roundTrip(ctx context.Context, msg protocol.Message) (protoco
 // returns the request's error (a kafka.Error from the response's error
 // code, or a network error).
 func (p *Producer) coordinate(ctx context.Context, what string, op opKind, call func(context.Context) error) error {
-	retry := backoff.Retry{Policy: p.backoff}
-	for attempt := 1; ; attempt++ {
+	var stopped error // an error that already says what
+	err := backoff.Do(ctx, p.backoff, func(attempt int, err error, _ time.Duration) error {
+		if attempt+1 >= p.attempts {
+			return fmt.Errorf("giving up after %d attempts: %w", attempt+1, err)
+		}
+		return nil
+	}, func(ctx context.Context) error {
 		err := call(ctx)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, ctx.Err())
+			return backoff.Permanent(ctx.Err())
 		}
-		kind, _ := classifyTxn(err, op)
-		if kind != txnRetry {
-			err = wrapTxn(kind, what, err)
-			p.txn.fail(kind, err)
-			return err
+		if kind, _ := classifyTxn(err, op); kind != txnRetry {
+			stopped = wrapTxn(kind, what, err)
+			p.txn.fail(kind, stopped)
+			return backoff.Permanent(stopped)
 		}
-		if attempt >= p.attempts {
-			return fmt.Errorf("%s: giving up after %d attempts: %w", what, attempt, err)
-		}
-		if serr := backoff.Sleep(ctx, retry.Next()); serr != nil {
-			return fmt.Errorf("%s: %w (last error: %v)", what, serr, err)
-		}
+		return err
+	})
+	if err == nil || stopped != nil {
+		return err
 	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // codeErr is the error of a response's error code, nil for 0.

@@ -1,12 +1,11 @@
 package record
 
 import (
-	"encoding/binary"
 	"math"
-	"math/bits"
 	"strconv"
 	"unicode/utf8"
-	"unsafe"
+
+	"github.com/joiner-dev/joiner/internal/jsonstr"
 )
 
 // AppendAlert appends the JSON of a to dst and returns the extended slice:
@@ -96,6 +95,34 @@ func NewAlertEncoder(worker string) *AlertEncoder {
 // shape (AppendNotification) that is byte for byte what AppendAlert writes.
 func (e *AlertEncoder) AppendPriced(dst []byte, n *NotificationValue, notificationTsMs int64, priceFields []byte, result Result) []byte {
 	return e.appendTail(appendJoinedHead(dst, n, notificationTsMs, priceFields), result)
+}
+
+// NotifiedAt encodes the "notification_ts_ms" member of alerts for
+// AppendPricedAt once per millisecond, not once per alert: the
+// notifications of a backlog mostly share their millisecond with the one
+// before. The zero value is ready to use; it is not safe for concurrent
+// use.
+type NotifiedAt struct {
+	ms    int64
+	field []byte // `,"notification_ts_ms":` and ms; nil before the first
+}
+
+// Field returns the member of an alert notified at ms, with its leading
+// comma. It is valid until the next call.
+func (c *NotifiedAt) Field(ms int64) []byte {
+	if c.field == nil || c.ms != ms {
+		c.field = strconv.AppendInt(append(c.field[:0], `,"notification_ts_ms":`...), ms, 10)
+		c.ms = ms
+	}
+	return c.field
+}
+
+// AppendPricedAt is AppendPriced with the notification's time given as
+// its member, notified.Field: byte for byte the same alert.
+func (e *AlertEncoder) AppendPricedAt(dst []byte, n *NotificationValue, notified, priceFields []byte, result Result) []byte {
+	dst = n.appendBody(dst)
+	dst = append(dst, notified...)
+	return e.appendTail(append(dst, priceFields...), result)
 }
 
 // AppendJoined is AppendPriced with the join's result, price and
@@ -299,33 +326,6 @@ func appendShortDecimal(dst []byte, f float64) (_ []byte, ok bool) {
 
 const hexDigits = "0123456789abcdef"
 
-// htmlSafeLen is the length of the prefix of s that appendJSONString
-// copies as is: ASCII, not a control character, '"', '\\', '<', '>' or
-// '&'. It reads 8 bytes at a time (see hasByte).
-func htmlSafeLen(s string) int {
-	b := unsafe.Slice(unsafe.StringData(s), len(s)) // only read
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		special := x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones) |
-			hasByte(x, '<'*ones) | hasByte(x, '>'*ones) | hasByte(x, '&'*ones)
-		if m := special & highs; m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
-	}
-	for ; i < len(b) && htmlSafe[b[i]]; i++ {
-	}
-	return i
-}
-
-// htmlSafe says which bytes appendJSONString copies as is (htmlSafeLen).
-var htmlSafe = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
 // appendJSONString quotes s as encoding/json does with HTML escaping (its
 // default): <, > and & as \u003c, \u003e, \u0026; U+2028 and U+2029
 // escaped; invalid UTF-8 as \ufffd.
@@ -333,7 +333,7 @@ func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	// The common string needs no escaping; else the loop goes on from
 	// the first byte that may.
-	i := htmlSafeLen(s)
+	i := jsonstr.HTMLSafeLen(s)
 	if i == len(s) {
 		dst = append(dst, s...)
 		return append(dst, '"')

@@ -279,3 +279,21 @@ func TestResultIndex(t *testing.T) {
 		t.Errorf(`"other".Index() = %d, want -1`, got)
 	}
 }
+
+// TestAppendPricedAt: with one NotifiedAt across alerts of repeated and
+// changing times, AppendPricedAt writes AppendPriced's bytes.
+func TestAppendPricedAt(t *testing.T) {
+	n, err := NewDecoder(Fields{}, 0).Notification([]byte(`{"symbol":"BBCA","price":1,"text":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewAlertEncoder("w-1")
+	fields := AppendPriceFields(nil, 9125.5, 1764489600000)
+	var at NotifiedAt
+	for _, ms := range []int64{0, 0, 1764489600123, 1764489600123, 1764489600124, 7, -3, 1764489600123, 1 << 62} {
+		want := e.AppendPriced(nil, &n, ms, fields, ResultLocal)
+		if got := e.AppendPricedAt([]byte{}, &n, at.Field(ms), fields, ResultLocal); string(got) != string(want) {
+			t.Fatalf("notified at %d:\n got %s\nwant %s", ms, got, want)
+		}
+	}
+}

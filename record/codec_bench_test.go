@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 )
 
@@ -57,6 +58,48 @@ func BenchmarkDecodeNotification(b *testing.B) {
 			}
 		}
 	})
+}
+
+// sizedNotification is a notification of the loadgen's shape of about
+// size bytes: up to 100 bytes its text is longer, above that a "meta"
+// object member whose "body" string fills the rest, as `joiner loadgen
+// --notification-bytes` pads it.
+func sizedNotification(size int) []byte {
+	v := []byte(`{"id":"n0-SYM0421-12345","user":"u42","symbol":"SYM0421","text":"SYM0421 moved`)
+	const head, tail = `,"meta":{"channel":"push","lang":"id","body":"`, `"}`
+	if size <= 100 {
+		for i := 0; len(v)+2 < size; i++ {
+			v = append(v, " today"[i%6])
+		}
+		return append(v, `"}`...)
+	}
+	v = append(v, `"`+head...)
+	for i := 0; len(v)+len(tail)+1 < size; i++ {
+		v = append(v, "lorem ipsum "[i%12])
+	}
+	return append(v, tail+"}"...)
+}
+
+// BenchmarkNotificationSizes: Decoder.Notification, the join's decoder, of
+// notifications of 100 bytes (flat) and 400 bytes (padded by a nested
+// "meta" object, as the bench's --notification-bytes 400 backlog is).
+func BenchmarkNotificationSizes(b *testing.B) {
+	for _, size := range []int{100, 400} {
+		v := sizedNotification(size)
+		if len(v) != size {
+			b.Fatalf("sizedNotification(%d) has %d bytes: %s", size, len(v), v)
+		}
+		b.Run(strconv.Itoa(size)+"B", func(b *testing.B) {
+			d := NewDecoder(Fields{}, 0)
+			b.SetBytes(int64(len(v)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := d.Notification(v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 func BenchmarkDecodeTick(b *testing.B) {

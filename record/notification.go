@@ -1,11 +1,11 @@
 package record
 
 import (
-	"encoding/binary"
-	"math/bits"
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/joiner-dev/joiner/internal/jsonstr"
 )
 
 // NotificationValue is a notification as the join reads it: its JSON
@@ -125,6 +125,9 @@ type Decoder struct {
 	maxBytes int
 	tick     [2]jsonField // symbol, price
 	symbol   jsonField
+	// symbolASCII: the symbol's name is plain ASCII (jsonstr.PlainLen),
+	// which fastTop requires.
+	symbolASCII bool
 }
 
 // NewDecoder returns the Decoder of fields (defaults for empty names) and
@@ -139,6 +142,8 @@ func NewDecoder(fields Fields, maxBytes int) *Decoder {
 		maxBytes: maxBytes,
 		tick:     [2]jsonField{newField(fields.Symbol, false), newField(fields.Price, true)},
 		symbol:   newField(fields.Symbol, false),
+		// A name folds to one of its length only when it is ASCII.
+		symbolASCII: jsonstr.PlainLen([]byte(fields.Symbol)) == len(fields.Symbol),
 	}
 }
 
@@ -176,7 +181,9 @@ func (d *Decoder) Notification(value []byte) (NotificationValue, error) {
 	if object {
 		start = s.i
 		var ok bool
-		if keys, end, ok = s.fastTop(&sym, keys); !ok {
+		if !d.symbolASCII {
+			keys, end = s.topObject(&sym, keys)
+		} else if keys, end, ok = s.fastTop(&sym, keys); !ok {
 			// Start again on the general path, from scratch.
 			s.i, s.depth, s.syntax, s.typeErr = start, 0, "", nil
 			sym.str, sym.set = "", false
@@ -223,8 +230,23 @@ func renames(name string, keys []objectKey) int {
 	}
 }
 
-// duplicateKey reports a name two of keys share.
+// duplicateKey reports a name two of keys share. The common object has
+// none, which a 64-bit filter of each name's length and first and last
+// bytes shows in one pass; names that meet in it are compared.
 func duplicateKey(keys []objectKey) (string, bool) {
+	var seen, clash uint64
+	for _, k := range keys {
+		h := uint(len(k.name))
+		if n := len(k.name); n > 0 {
+			h += uint(k.name[0])*7 + uint(k.name[n-1])*31
+		}
+		bit := uint64(1) << (h & 63)
+		clash |= seen & bit
+		seen |= bit
+	}
+	if clash == 0 {
+		return "", false
+	}
 	if len(keys) <= 16 {
 		for i := 1; i < len(keys); i++ {
 			a := keys[i].name
@@ -236,26 +258,14 @@ func duplicateKey(keys []objectKey) (string, bool) {
 		}
 		return "", false
 	}
-	seen := make(map[string]struct{}, len(keys))
+	names := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
-		if _, ok := seen[k.name]; ok {
+		if _, ok := names[k.name]; ok {
 			return k.name, true
 		}
-		seen[k.name] = struct{}{}
+		names[k.name] = struct{}{}
 	}
 	return "", false
-}
-
-// shortPlainLen is plainLen with the first 8 bytes checked inline: most
-// keys and many values end within them.
-func shortPlainLen(b []byte) int {
-	if len(b) >= 8 {
-		x := binary.LittleEndian.Uint64(b)
-		if m := (x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones)) & highs; m != 0 {
-			return bits.TrailingZeros64(m) / 8
-		}
-	}
-	return plainLen(b)
 }
 
 // CheckNotificationKey reports whether a notification's symbol is its
@@ -278,16 +288,13 @@ type objectKey struct {
 }
 
 // fastTop is topObject's fast path for the common notification, an
-// object whose '{' is at s.i, whose keys are plain ASCII (plainLen) and
-// whose symbol is a plain string: plain string values are scanned in
-// place, others by scanString and skipValue. It returns false at anything
-// else (and for a symbol name that is not ASCII), leaving s, sym and keys
-// for the caller to reset.
+// object whose '{' is at s.i, whose keys are plain ASCII
+// (jsonstr.PlainLen) and whose symbol is a plain string: the symbol is
+// read in place, other values are skipped (skipString, skipMember). It
+// returns false at anything else, leaving s, sym and keys for the caller
+// to reset. The symbol's name must be plain ASCII (Decoder.symbolASCII).
 func (s *jsonScanner) fastTop(sym *jsonField, keys []objectKey) (_ []objectKey, end int, ok bool) {
 	b := s.b
-	if plainLen(unsafe.Slice(unsafe.StringData(sym.name), len(sym.name))) != len(sym.name) {
-		return keys, -1, false
-	}
 	s.depth = 1
 	i := s.i + 1 // after '{'
 	for {
@@ -296,7 +303,7 @@ func (s *jsonScanner) fastTop(sym *jsonField, keys []objectKey) (_ []objectKey, 
 			return keys, -1, false
 		}
 		start := i + 1
-		e := start + shortPlainLen(b[start:])
+		e := start + jsonstr.ShortPlainLen(b[start:])
 		if e >= len(b) || b[e] != '"' {
 			return keys, -1, false
 		}
@@ -314,32 +321,28 @@ func (s *jsonScanner) fastTop(sym *jsonField, keys []objectKey) (_ []objectKey, 
 		}
 		isSym := name == sym.name || len(name) == len(sym.name) && strings.EqualFold(name, sym.name)
 		switch {
-		case b[i] == '"':
+		case b[i] == '"' && isSym:
 			vs := i + 1
-			ve := vs + shortPlainLen(b[vs:])
-			switch {
-			case ve < len(b) && b[ve] == '"':
-				if isSym {
-					sym.str, sym.set = "", true
-					if ve > vs {
-						sym.str = unsafe.String(&b[vs], ve-vs)
-					}
-				}
-				i = ve + 1
-			case isSym:
+			ve := vs + jsonstr.ShortPlainLen(b[vs:])
+			if ve >= len(b) || b[ve] != '"' {
 				return keys, -1, false // to be unescaped: the general path
-			default:
-				s.i = i
-				if s.scanString(); s.syntax != "" {
-					return keys, -1, false
-				}
-				i = s.i
 			}
+			sym.str, sym.set = "", true
+			if ve > vs {
+				sym.str = unsafe.String(&b[vs], ve-vs)
+			}
+			i = ve + 1
+		case b[i] == '"':
+			end, err := jsonstr.Skip(b[i+1:])
+			if err != nil {
+				return keys, -1, false // the general path reports it
+			}
+			i += end + 2
 		case isSym:
 			return keys, -1, false // null, or a wrong type: the general path says which
 		default:
 			s.i = i
-			s.skipValue()
+			s.skipMember()
 			if s.syntax != "" {
 				return keys, -1, false
 			}
@@ -375,7 +378,7 @@ func wsAt(b []byte, i int) int {
 // skipped, and each member's name appended to keys. end is the index of
 // the closing '}' (-1 after a syntax error).
 func (s *jsonScanner) topObject(sym *jsonField, keys []objectKey) (_ []objectKey, end int) {
-	symASCII := plainLen([]byte(sym.name)) == len(sym.name)
+	symASCII := jsonstr.PlainLen(unsafe.Slice(unsafe.StringData(sym.name), len(sym.name))) == len(sym.name)
 	if !s.push() {
 		return keys, -1
 	}
@@ -394,11 +397,11 @@ func (s *jsonScanner) topObject(sym *jsonField, keys []objectKey) (_ []objectKey
 		}
 		start := s.i + 1
 		var name string
-		// The common key: plain ASCII up to its closing quote (plainLen),
+		// The common key: plain ASCII up to its closing quote (jsonstr.PlainLen),
 		// an alias of the value. ASCII folding keeps lengths, so such a
 		// key matches an ASCII symbol name only at its length.
 		isSym := false
-		if end := start + shortPlainLen(s.b[start:]); end < len(s.b) && s.b[end] == '"' {
+		if end := start + jsonstr.ShortPlainLen(s.b[start:]); end < len(s.b) && s.b[end] == '"' {
 			if end > start {
 				name = unsafe.String(&s.b[start], end-start)
 			}
@@ -430,14 +433,9 @@ func (s *jsonScanner) topObject(sym *jsonField, keys []objectKey) (_ []objectKey
 		case isSym:
 			s.stringField(sym)
 		case s.i < len(s.b) && s.b[s.i] == '"':
-			// The common value, a plain string, else scanString.
-			if end := s.i + 1 + shortPlainLen(s.b[s.i+1:]); end < len(s.b) && s.b[end] == '"' {
-				s.i = end + 1
-			} else {
-				s.scanString()
-			}
+			s.skipString()
 		default:
-			s.skipValue()
+			s.skipMember()
 		}
 		switch more, ok := s.memberEnd(); {
 		case !ok:

@@ -110,9 +110,16 @@ func refAlert(notification []member, nTsMs int64, price *float64, priceTsMs int6
 // alert the encoder splices must be, member by member, the reference's.
 func checkNotificationAlert(t *testing.T, b []byte, symbolField string, price *float64) NotificationValue {
 	t.Helper()
-	d := NewDecoder(Fields{Symbol: symbolField}, 1024)
+	return checkNotificationAlertMax(t, b, symbolField, price, 1024)
+}
+
+// checkNotificationAlertMax is checkNotificationAlert with records of up to
+// maxBytes.
+func checkNotificationAlertMax(t *testing.T, b []byte, symbolField string, price *float64, maxBytes int) NotificationValue {
+	t.Helper()
+	d := NewDecoder(Fields{Symbol: symbolField}, maxBytes)
 	n, err := d.Notification(b)
-	sym, members, werr := refNotificationValue(b, 1024, symbolField)
+	sym, members, werr := refNotificationValue(b, maxBytes, symbolField)
 	if reasonOf(err) != reasonOf(werr) || n.Symbol != sym {
 		t.Fatalf("Notification(%q) with symbol %q = %q, %v; the reference says %q, %v", b, symbolField, n.Symbol, err, sym, werr)
 	}
@@ -138,7 +145,9 @@ func checkNotificationAlert(t *testing.T, b []byte, symbolField string, price *f
 	if price != nil {
 		fields = AppendPriceFields(nil, *a.Price, a.PriceTsMs)
 	}
-	for _, alert := range [][]byte{e.AppendPriced([]byte("x"), &n, a.NotificationTsMs, fields, a.Result)[1:], e.AppendJoined(nil, &n, &a)} {
+	var at NotifiedAt
+	for _, alert := range [][]byte{e.AppendPriced([]byte("x"), &n, a.NotificationTsMs, fields, a.Result)[1:], e.AppendJoined(nil, &n, &a),
+		e.AppendPricedAt(nil, &n, at.Field(a.NotificationTsMs), fields, a.Result)} {
 		if !json.Valid(alert) {
 			t.Fatalf("the alert of %q is not valid JSON: %s", b, alert)
 		}
@@ -288,5 +297,48 @@ func TestFieldsEncoders(t *testing.T) {
 	}
 	if _, ok := StringMember([]byte(`{"id":1}`), "id"); ok {
 		t.Errorf("StringMember of a number: ok")
+	}
+}
+
+// TestNotificationNestedValues: nested values of every depth around
+// skipNested's limit (where skipValue takes over) and encoding/json's,
+// valid and broken at each kind of place, are accepted or rejected as
+// the reference says, and spliced byte for byte.
+func TestNotificationNestedValues(t *testing.T) {
+	nest := func(depth int, inner string) string {
+		var b strings.Builder
+		for d := range depth {
+			if d%2 == 0 {
+				b.WriteString(`{"k` + strconv.Itoa(d) + `" : `)
+			} else {
+				b.WriteString(`[1, `)
+			}
+		}
+		b.WriteString(inner)
+		for d := depth - 1; d >= 0; d-- {
+			if d%2 == 0 {
+				b.WriteString(`}`)
+			} else {
+				b.WriteString(` ]`)
+			}
+		}
+		return b.String()
+	}
+	inners := []string{`"v"`, `{}`, `[]`, `[ ]`, `{ }`, `-1.5e3`, `true`, `null`, `"caf\u00e9 \" é"`, `{"a":[1,{"b":"c"}],"d":false}`,
+		// broken
+		`{"a":1,}`, `[1,]`, `{"a" 1}`, `{"a"x1}`, `[1x2]`, `{1:2}`, `{"a":1 "b":2}`, `[1 2]`, `tru`, `01`, `"a` + "\x01" + `"`, `"\x"`, `{"a":}`, `[`, `{`, `}`, `]`, `"`}
+	for _, depth := range []int{1, 2, 3, 63, 64, 65, 66, 130} {
+		for _, inner := range inners {
+			v := `{"symbol":"BBCA","meta":` + nest(depth, inner) + `,"x":1}`
+			checkNotificationAlertMax(t, []byte(v), "symbol", float(9125.5), 1<<20)
+		}
+	}
+	// Deeper than encoding/json's limit: invalid_json.
+	for _, depth := range []int{maxNestingDepth - 1, maxNestingDepth, maxNestingDepth + 1} {
+		v := []byte(`{"symbol":"BBCA","meta":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
+		_, err := NewDecoder(Fields{}, 1<<20).Notification(v)
+		if want := depth+1 > maxNestingDepth; (reasonOf(err) == ReasonInvalidJSON) != want {
+			t.Errorf("depth %d: %v, want invalid_json %v", depth+1, err, want)
+		}
 	}
 }

@@ -3,11 +3,11 @@ package record
 import (
 	"bytes"
 	"encoding/binary"
-	"math/bits"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/joiner-dev/joiner/internal/jsonstr"
 )
 
 // A hand-written scanner for the two fixed input schemas (Tick,
@@ -30,15 +30,17 @@ import (
 //     resets a field; unknown keys are skipped but still validated;
 //   - nesting beyond 10,000 levels is invalid_json;
 //   - strings are unescaped as encoding/json does, invalid UTF-8 and lone
-//     surrogates becoming U+FFFD.
+//     surrogates becoming U+FFFD (jsonstr.Replace: package jsonstr states
+//     the rule, and why planjson's differs).
 //
 // The common record (no whitespace, keys in their exact case, plain
 // ASCII strings, a price with a few decimals) is scanned by one fast path,
 // fastObject, that falls back to the general scanner, from the start, at
 // anything else; both read strings 8 bytes at a time up to their first
-// byte that needs attention (plainLen), compare keys exactly before case
-// folding (exactKey), and convert a short decimal exactly without strconv
-// (parseShortDecimal).
+// byte that needs attention (jsonstr.PlainLen), compare keys exactly
+// before case folding (exactKey), and convert a short decimal exactly
+// without strconv (parseShortDecimal). Values that are only validated are
+// skipped by jsonstr.Skip and, in notifications, skipNested.
 
 // maxNestingDepth is encoding/json's limit on nested arrays and objects.
 const maxNestingDepth = 10000
@@ -178,8 +180,8 @@ func (s *jsonScanner) skipWS() {
 
 // fastObject scans the common record, an object whose '{' is at s.i, in
 // one pass: no whitespace, every key the name of one of fields in its
-// exact case, every value a plain string (see plainLen) or, for a number
-// field, a short decimal (see parseShortDecimal). It returns false at
+// exact case, every value a plain string (see jsonstr.PlainLen) or, for a
+// number field, a short decimal (see parseShortDecimal). It returns false at
 // anything else, leaving s and fields for scanRecord to reset.
 func (s *jsonScanner) fastObject(fields []jsonField) bool {
 	b := s.b
@@ -209,7 +211,7 @@ func (s *jsonScanner) fastObject(fields []jsonField) bool {
 				return false
 			}
 			start := s.i + 1
-			end := start + plainLen(b[start:])
+			end := start + jsonstr.PlainLen(b[start:])
 			if end >= len(b) || b[end] != '"' {
 				return false
 			}
@@ -250,8 +252,14 @@ func (s *jsonScanner) object(fields []jsonField) {
 			s.fail("want a string key")
 			return
 		}
-		f, ok := s.exactKey(fields)
-		if !ok {
+		var f *jsonField
+		var ok bool
+		if fields == nil {
+			// An object skipped: its keys are only validated.
+			if s.skipString(); s.syntax != "" {
+				return
+			}
+		} else if f, ok = s.exactKey(fields); !ok {
 			var key []byte
 			if key, ok = s.stringToken(true); !ok {
 				return
@@ -470,7 +478,7 @@ func (s *jsonScanner) skipValue() string {
 		}
 		return s.kind("array")
 	case c == '"':
-		s.scanString() // validated, not unescaped
+		s.skipString() // validated, not unescaped
 		return s.kind("string")
 	case c == 't':
 		s.literal("true")
@@ -563,109 +571,35 @@ func (s *jsonScanner) stringToken(isKey bool) ([]byte, bool) {
 	} else {
 		dst = make([]byte, 0, len(raw)+utf8.UTFMax)
 	}
-	return unescape(dst, raw), true
+	return jsonstr.Unescape(dst, raw), true
 }
 
-// scanString scans the string whose '"' is at s.i, validating it, and
-// returns its body as it is in the input; plain is false when the body
-// needs unescaping (escapes, invalid UTF-8).
+// scanString scans the string whose '"' is at s.i, validating it
+// (jsonstr.Scan, Replace), and returns its body as it is in the input;
+// plain is false when the body needs unescaping (escapes, invalid UTF-8).
 func (s *jsonScanner) scanString() (raw []byte, plain, ok bool) {
-	b := s.b
 	start := s.i + 1 // after the opening quote
-	// The common string: plain bytes up to the closing quote.
-	end := start + plainLen(b[start:])
-	if end < len(b) && b[end] == '"' {
-		s.i = end + 1
-		return b[start:end], true, true
+	end, plain, err := jsonstr.Scan(s.b[start:], jsonstr.Replace)
+	if err != nil {
+		s.i = start + err.At
+		s.fail(err.Msg)
+		return nil, false, false
 	}
-	// Else go on from the first byte that needs attention.
-	s.i = end
-	plain = true
-	for {
-		if s.i >= len(b) {
-			s.fail("unexpected end of JSON input in a string")
-			return nil, false, false
-		}
-		c := b[s.i]
-		switch {
-		case c == '"':
-			raw := b[start:s.i]
-			s.i++
-			return raw, plain, true
-		case c == '\\':
-			plain = false
-			s.i++
-			if s.i >= len(b) {
-				s.fail("unexpected end of JSON input in a string escape")
-				return nil, false, false
-			}
-			switch b[s.i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i++
-			case 'u':
-				s.i++
-				for range 4 {
-					if s.i >= len(b) || !isHex(b[s.i]) {
-						s.fail("invalid \\u escape in a string")
-						return nil, false, false
-					}
-					s.i++
-				}
-			default:
-				s.fail("invalid escape in a string")
-				return nil, false, false
-			}
-		case c < 0x20:
-			s.fail("invalid control character in a string")
-			return nil, false, false
-		case c < utf8.RuneSelf:
-			s.i++
-		default:
-			r, size := utf8.DecodeRune(b[s.i:])
-			if r == utf8.RuneError && size == 1 {
-				plain = false
-			}
-			s.i += size
-		}
-	}
+	s.i = start + end + 1
+	return s.b[start : start+end], plain, true
 }
 
-// SWAR constants: a byte repeated 8 times.
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// hasByte has the high bit of a byte set where x has the byte c (given
-// repeated in each byte of c). Above the first such byte a borrow may set
-// more, so only the lowest set bit (or whether any is set) is exact.
-func hasByte(x, c uint64) uint64 {
-	y := x ^ c
-	return (y - ones) &^ y & highs
-}
-
-// hasLess20 is hasByte for the bytes below 0x20.
-func hasLess20(x uint64) uint64 {
-	return (x - 0x20*ones) &^ x & highs
-}
-
-// plainLen is the length of the prefix of b that a JSON string may hold
-// as is: ASCII, not a control character, '"' or '\\'. It reads 8 bytes
-// at a time (the bytes after the string's end are in b as well).
-func plainLen(b []byte) int {
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		if m := (x | hasLess20(x) | hasByte(x, '"'*ones) | hasByte(x, '\\'*ones)) & highs; m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
+// skipString skips the string whose '"' is at s.i, validating it as
+// scanString does, without reading its value (jsonstr.Skip).
+func (s *jsonScanner) skipString() {
+	start := s.i + 1
+	end, err := jsonstr.Skip(s.b[start:])
+	if err != nil {
+		s.i = start + err.At
+		s.fail(err.Msg)
+		return
 	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			break
-		}
-	}
-	return i
+	s.i = start + end + 1
 }
 
 // pow10 are the powers of ten of short decimals, all exact float64s.
@@ -710,71 +644,124 @@ func parseShortDecimal(b []byte) (v float64, ok bool) {
 	return v, true
 }
 
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+// maxSkipNesting is how deep skipNested goes before it leaves a value to
+// skipValue.
+const maxSkipNesting = 64
+
+// skipMember is skipValue for the values of a notification's members,
+// which are only validated: an object or an array by skipNested.
+func (s *jsonScanner) skipMember() {
+	if s.i < len(s.b) && (s.b[s.i] == '{' || s.b[s.i] == '[') && s.skipNested() {
+		return
+	}
+	s.skipValue()
 }
 
-func hexValue(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		default:
-			c = c - 'A' + 10
-		}
-		r = r<<4 | rune(c)
+// skipNested validates and skips the object or array whose '{' or '[' is
+// at s.i as skipValue does, with the same syntax errors, in one loop
+// instead of a call per value: bit d of objects is whether the container
+// open at depth d+1 is an object. It returns false, s as it was, for a
+// value nested deeper than maxSkipNesting, which skipValue then takes.
+func (s *jsonScanner) skipNested() bool {
+	b := s.b
+	var (
+		objects uint64
+		depth   int
+		start   = s.i
+		i       = s.i
+		msg     string
+	)
+open: // b[i] is '{' or '['
+	if depth == maxSkipNesting {
+		s.i = start
+		return false
 	}
-	return r
+	if b[i] == '{' {
+		objects |= 1 << depth
+	} else {
+		objects &^= 1 << depth
+	}
+	depth++
+	i = wsAt(b, i+1)
+	if i < len(b) && b[i] == closer(objects>>(depth-1)&1) {
+		i++
+		depth--
+		goto closed
+	}
+member: // at a member of an object or an element of an array
+	if objects>>(depth-1)&1 != 0 {
+		if i >= len(b) || b[i] != '"' {
+			msg = "want a string key"
+			goto fail
+		}
+		end, err := jsonstr.Skip(b[i+1:])
+		if err != nil {
+			s.i = i + 1 + err.At
+			s.fail(err.Msg)
+			return true
+		}
+		i = wsAt(b, i+end+2)
+		if i >= len(b) || b[i] != ':' {
+			msg = "want ':' after an object key"
+			goto fail
+		}
+		i = wsAt(b, i+1)
+	}
+	if i >= len(b) {
+		msg = "unexpected end of JSON input"
+		goto fail
+	}
+	switch c := b[i]; {
+	case c == '{' || c == '[':
+		goto open
+	case c == '"':
+		end, err := jsonstr.Skip(b[i+1:])
+		if err != nil {
+			s.i = i + 1 + err.At
+			s.fail(err.Msg)
+			return true
+		}
+		i += end + 2
+	default:
+		// A number or a literal, or a syntax error: skipValue's.
+		s.i = i
+		if s.skipValue(); s.syntax != "" {
+			return true
+		}
+		i = s.i
+	}
+closed: // after a value at depth (0: the value skipped)
+	if depth == 0 {
+		s.i = i
+		return true
+	}
+	if i = wsAt(b, i); i >= len(b) {
+		msg = "unexpected end of JSON input"
+		goto fail
+	}
+	switch c := b[i]; {
+	case c == ',':
+		i = wsAt(b, i+1)
+		goto member
+	case c == closer(objects>>(depth-1)&1):
+		i++
+		depth--
+		goto closed
+	case objects>>(depth-1)&1 != 0:
+		msg = "want ',' or '}' after an object value"
+	default:
+		msg = "want ',' or ']' after an array element"
+	}
+fail:
+	s.i = i
+	s.fail(msg)
+	return true
 }
 
-// unescape appends the unescaped form of raw, a string body already
-// validated by stringToken, to dst, as encoding/json's unquote does.
-func unescape(dst, raw []byte) []byte {
-	for r := 0; r < len(raw); {
-		c := raw[r]
-		switch {
-		case c == '\\':
-			switch raw[r+1] {
-			case 'b':
-				dst = append(dst, '\b')
-			case 'f':
-				dst = append(dst, '\f')
-			case 'n':
-				dst = append(dst, '\n')
-			case 'r':
-				dst = append(dst, '\r')
-			case 't':
-				dst = append(dst, '\t')
-			case 'u':
-				rr := hexValue(raw[r+2:])
-				r += 6
-				if utf16.IsSurrogate(rr) {
-					if r+6 <= len(raw) && raw[r] == '\\' && raw[r+1] == 'u' && isHex(raw[r+2]) && isHex(raw[r+3]) && isHex(raw[r+4]) && isHex(raw[r+5]) {
-						if d := utf16.DecodeRune(rr, hexValue(raw[r+2:])); d != utf8.RuneError {
-							dst = utf8.AppendRune(dst, d)
-							r += 6
-							continue
-						}
-					}
-					rr = utf8.RuneError
-				}
-				dst = utf8.AppendRune(dst, rr)
-				continue
-			default: // '"', '\\', '/'
-				dst = append(dst, raw[r+1])
-			}
-			r += 2
-		case c < utf8.RuneSelf:
-			dst = append(dst, c)
-			r++
-		default:
-			rr, size := utf8.DecodeRune(raw[r:])
-			dst = utf8.AppendRune(dst, rr)
-			r += size
-		}
+// closer is the byte that closes an object (isObject 1) or an array.
+func closer(isObject uint64) byte {
+	if isObject != 0 {
+		return '}'
 	}
-	return dst
+	return ']'
 }

@@ -143,6 +143,7 @@ func (m *Manager) writeFailed(task int, dir string, ev *storeEvents, err error) 
 	default:
 	}
 	n := ev.failures.Add(1)
+	// Not backoff.Do: no retry here, a growing pause that slows Pebble's own retry of the failed write (on Pebble's goroutine, which has no context).
 	time.Sleep(min(10*time.Millisecond<<min(n, 10), time.Second))
 }
 

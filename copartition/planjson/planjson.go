@@ -1,8 +1,9 @@
 // Package planjson reads and writes the JSON of the co-partition planner,
 // as `joiner assign` uses it: a strict decoder of the request (one object,
-// known fields each at most once, integers only, valid UTF-8, nothing after
-// it) whose errors name the field and, for syntax errors, the byte offset,
-// and a fast writer of the plan.
+// known fields each at most once, integers only, strings that are Unicode
+// text: no invalid UTF-8, no unpaired surrogate, see jsonstr.Strict;
+// nothing after it) whose errors name the field and, for syntax errors,
+// the byte offset, and a fast writer of the plan.
 package planjson
 
 import (
@@ -15,10 +16,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/joiner-dev/joiner/copartition"
+	"github.com/joiner-dev/joiner/internal/jsonstr"
 )
 
 // Request is the decoded input object. Which of "partitions" and "topics"
@@ -510,106 +510,24 @@ func (d *decoder) digits() bool {
 	return d.pos > start
 }
 
-// str reads a JSON string, which must be valid UTF-8.
+// str reads a JSON string, which must be Unicode text: invalid UTF-8 and
+// unpaired surrogates are errors (jsonstr.Strict; a member's name is an
+// identity, which a replacement character would blur).
 func (d *decoder) str() (string, error) {
 	d.skipSpace()
 	if d.pos >= len(d.data) || d.data[d.pos] != '"' {
 		return "", d.expect("a string")
 	}
-	d.pos++
-	start := d.pos
-	for d.pos < len(d.data) {
-		c := d.data[d.pos]
-		if c == '"' {
-			d.pos++
-			return string(d.data[start : d.pos-1]), nil
-		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			break
-		}
-		d.pos++
-	}
-	return d.strSlow(d.data[start:d.pos])
-}
-
-// strSlow continues str past escapes, control bytes and non-ASCII bytes;
-// b holds what was read so far.
-func (d *decoder) strSlow(b []byte) (string, error) {
-	b = slices.Clip(b)
-	for d.pos < len(d.data) {
-		c := d.data[d.pos]
-		switch {
-		case c == '"':
-			d.pos++
-			return string(b), nil
-		case c < 0x20:
-			return "", d.syntaxError("no control character in a string")
-		case c >= utf8.RuneSelf:
-			r, size := utf8.DecodeRune(d.data[d.pos:])
-			if r == utf8.RuneError && size == 1 {
-				return "", fmt.Errorf("malformed JSON at byte %d: invalid UTF-8 in a string", d.pos)
-			}
-			b = append(b, d.data[d.pos:d.pos+size]...)
-			d.pos += size
-		case c != '\\':
-			b = append(b, c)
-			d.pos++
-		default:
-			d.pos++
-			if d.pos >= len(d.data) {
-				return "", d.syntaxError("an escape")
-			}
-			e := d.data[d.pos]
-			d.pos++
-			switch e {
-			case '"', '\\', '/':
-				b = append(b, e)
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
-			case 'u':
-				r, err := d.hex4()
-				if err != nil {
-					return "", err
-				}
-				if utf16.IsSurrogate(r) {
-					r2 := utf8.RuneError
-					if d.pos+1 < len(d.data) && d.data[d.pos] == '\\' && d.data[d.pos+1] == 'u' {
-						d.pos += 2
-						if r2, err = d.hex4(); err != nil {
-							return "", err
-						}
-					}
-					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-						return "", fmt.Errorf("malformed JSON at byte %d: unpaired surrogate in a string", d.pos)
-					}
-				}
-				b = utf8.AppendRune(b, r)
-			default:
-				d.pos--
-				return "", d.syntaxError("a valid escape")
-			}
-		}
-	}
-	return "", d.syntaxError(`'"' closing a string`)
-}
-
-func (d *decoder) hex4() (rune, error) {
-	if d.pos+4 > len(d.data) {
-		d.pos = len(d.data)
-		return 0, d.syntaxError("4 hex digits")
-	}
-	n, err := strconv.ParseUint(string(d.data[d.pos:d.pos+4]), 16, 32)
+	start := d.pos + 1
+	end, plain, err := jsonstr.Scan(d.data[start:], jsonstr.Strict)
 	if err != nil {
-		return 0, d.syntaxError("4 hex digits")
+		d.pos = start + err.At
+		return "", fmt.Errorf("malformed JSON at byte %d: %s", d.pos, err.Msg)
 	}
-	d.pos += 4
-	return rune(n), nil
+	d.pos = start + end + 1
+	body := d.data[start : start+end]
+	if plain {
+		return string(body), nil
+	}
+	return string(jsonstr.Unescape(make([]byte, 0, len(body)), body)), nil
 }

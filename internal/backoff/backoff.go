@@ -1,6 +1,6 @@
 // Package backoff is joiner's one retry delay: exponential with jitter,
-// capped, and a sleep that ends with its context. group, join, node and
-// loadgen back off with it.
+// capped, and a sleep that ends with its context. group, join, node,
+// produce, fetch and loadgen back off with it.
 package backoff
 
 import (
