@@ -38,7 +38,22 @@ func TestIntegrationWidth1024(t *testing.T) {
 	stopSampling := sampleConns(t, w.cmd.Process.Pid)
 	defer stopSampling()
 	c.waitStable([]*worker{w}, 0, 3*time.Minute)
-	c.poll("/readyz", 3*time.Minute, func() (bool, string) {
+	pollReadyz(c, w, 3*time.Minute)
+	ready := time.Since(began)
+	t.Logf("%d tasks ready in %s", tasks, ready.Round(time.Millisecond))
+
+	widthAlerts(t, c, "width-")
+
+	// Idle again: measure, after kafka-go's transport closed the
+	// connections that a burst opened (they idle out after 30 s).
+	time.Sleep(35 * time.Second)
+	checkWidthBounds(t, w, tasks)
+	c.stopAll([]*worker{w})
+}
+
+// pollReadyz waits up to timeout for w's /readyz to answer 200.
+func pollReadyz(c *cluster, w *worker, timeout time.Duration) {
+	c.poll(w.id+" /readyz", timeout, func() (bool, string) {
 		res, err := http.Get("http://" + w.addr + "/readyz")
 		if err != nil {
 			return false, err.Error()
@@ -46,24 +61,21 @@ func TestIntegrationWidth1024(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK, res.Status
 	})
-	ready := time.Since(began)
-	t.Logf("%d tasks ready in %s", tasks, ready.Round(time.Millisecond))
+}
 
+// widthAlerts produces 5,000 symbols' ticks and 10,000 notifications and
+// checks that each notification gets an alert with its symbol's price.
+func widthAlerts(t *testing.T, c *cluster, runID string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sum := c.produce(ctx, loadgen.Config{Symbols: 5000, TicksPerSymbol: 1, NotificationsPerSymbol: 2, RunID: "width-"})
+	sum := c.produce(ctx, loadgen.Config{Symbols: 5000, TicksPerSymbol: 1, NotificationsPerSymbol: 2, RunID: runID})
 	if sum.Notifications != 10000 {
 		t.Fatalf("loadgen produced %d notifications, want 10000", sum.Notifications)
 	}
 	c.waitAlerts(sum.NotificationIDs, 3*time.Minute)
 	c.checkAlertResults()
 	c.checkPrices(sum.NotificationIDs, sum.LastPrice)
-
-	// Idle again: measure, after kafka-go's transport closed the
-	// connections that a burst opened (they idle out after 30 s).
-	time.Sleep(35 * time.Second)
-	checkWidthBounds(t, w, tasks)
-	c.stopAll([]*worker{w})
 }
 
 // checkWidthBounds checks the connections to the broker (at most 16),
@@ -112,24 +124,9 @@ func TestIntegrationWidthTwoWorkers(t *testing.T) {
 	ws := []*worker{c.start("w1"), c.start("w2")}
 	st := c.waitStable(ws, 0, 4*time.Minute)
 	for _, w := range ws {
-		c.poll(w.id+" /readyz", 4*time.Minute, func() (bool, string) {
-			res, err := http.Get("http://" + w.addr + "/readyz")
-			if err != nil {
-				return false, err.Error()
-			}
-			res.Body.Close()
-			return res.StatusCode == http.StatusOK, res.Status
-		})
+		pollReadyz(c, w, 4*time.Minute)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	sum := c.produce(ctx, loadgen.Config{Symbols: 5000, TicksPerSymbol: 1, NotificationsPerSymbol: 2, RunID: "width2-"})
-	if sum.Notifications != 10000 {
-		t.Fatalf("loadgen produced %d notifications, want 10000", sum.Notifications)
-	}
-	c.waitAlerts(sum.NotificationIDs, 3*time.Minute)
-	c.checkAlertResults()
-	c.checkPrices(sum.NotificationIDs, sum.LastPrice)
+	widthAlerts(t, c, "width2-")
 	time.Sleep(35 * time.Second)
 	owned := st.tasks()
 	for _, w := range ws {

@@ -25,6 +25,19 @@ func (s *slowRT) RoundTrip(context.Context, net.Addr, kafka.Request) (kafka.Resp
 	return nil, nil
 }
 
+// fanOut runs f n times at once and waits for them.
+func fanOut(n int, f func()) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f()
+		}()
+	}
+	wg.Wait()
+}
+
 // TestLimitTransport: a thousand tasks' ListOffsets go otherInflight at a
 // time (and so over as many connections); the group's heartbeats go
 // groupInflight at a time, in their own lane.
@@ -40,15 +53,7 @@ func TestLimitTransport(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := &slowRT{}
 			lt := newLimitTransport(rt)
-			var wg sync.WaitGroup
-			for range 40 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					lt.RoundTrip(context.Background(), nil, tc.req)
-				}()
-			}
-			wg.Wait()
+			fanOut(40, func() { lt.RoundTrip(context.Background(), nil, tc.req) })
 			if got := rt.max.Load(); got != tc.max {
 				t.Fatalf("%d %s requests in flight at most; want %d", got, tc.name, tc.max)
 			}
@@ -80,19 +85,13 @@ func (g *gateRT) RoundTrip(ctx context.Context, _ net.Addr, req kafka.Request) (
 func TestLimitTransportCancelled(t *testing.T) {
 	rt := &gateRT{release: make(chan struct{})}
 	lt := newLimitTransport(rt)
-	var wg sync.WaitGroup
-	for range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			defer cancel()
-			if _, err := lt.RoundTrip(ctx, nil, &listoffsets.Request{}); err == nil {
-				t.Error("a request held past its caller's deadline returned no error")
-			}
-		}()
-	}
-	wg.Wait() // every caller gave up
+	fanOut(40, func() { // every caller gives up
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if _, err := lt.RoundTrip(ctx, nil, &listoffsets.Request{}); err == nil {
+			t.Error("a request held past its caller's deadline returned no error")
+		}
+	})
 	if got := rt.max.Load(); got != otherInflight {
 		t.Fatalf("%d requests in flight after their callers gave up; want %d", got, otherInflight)
 	}
