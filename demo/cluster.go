@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/joiner-dev/joiner/fetch"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
@@ -33,7 +34,10 @@ type Broker struct {
 	Group string
 	// Partitions of every topic.
 	Partitions int
-	Client     *kafka.Client
+	// ReadCommitted makes CollectAlertsInto read the alerts
+	// read_committed (exactly-once workers).
+	ReadCommitted bool
+	Client        *kafka.Client
 	// Transport holds the TLS and SASL settings of an external cluster;
 	// nil for plaintext.
 	Transport *kafka.Transport
@@ -278,6 +282,7 @@ func (a *Alerts) add(value []byte) {
 // that the broker's memory stays bounded in a long run.
 func (b *Broker) CollectAlertsInto(ctx context.Context, a *Alerts, trim bool, done func(*Alerts) bool) error {
 	r := NewTopicReader(b.Client, b.Topics.Alerts, b.Partitions)
+	r.committed = b.ReadCommitted
 	trim = trim && b.cluster != nil
 	lastTrim := time.Now()
 	for !done(a) {
@@ -333,6 +338,16 @@ type TopicReader struct {
 	client *kafka.Client
 	topic  string
 	next   []int64
+	// committed reads read_committed (ReadCommitted).
+	committed bool
+}
+
+// ReadCommitted makes r read read_committed: only the records of
+// committed transactions (what exactly-once workers write), no control
+// records. It returns r.
+func (r *TopicReader) ReadCommitted() *TopicReader {
+	r.committed = true
+	return r
 }
 
 // NewTopicReader reads topic, which has partitions partitions.
@@ -346,7 +361,16 @@ func NewTopicReader(c *kafka.Client, topic string, partitions int) *TopicReader 
 func (r *TopicReader) Poll(ctx context.Context, each func(rec kafka.Record, value []byte)) (int, error) {
 	got := 0
 	for p := range r.next {
-		res, err := r.client.Fetch(ctx, &kafka.FetchRequest{Topic: r.topic, Partition: p, Offset: r.next[p], MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 20 * time.Millisecond})
+		req := &kafka.FetchRequest{Topic: r.topic, Partition: p, Offset: r.next[p], MinBytes: 1, MaxBytes: 8 << 20, MaxWait: 20 * time.Millisecond}
+		var (
+			res *kafka.FetchResponse
+			err error
+		)
+		if r.committed {
+			res, err = fetch.CommittedClient{Client: r.client}.Fetch(ctx, req)
+		} else {
+			res, err = r.client.Fetch(ctx, req)
+		}
 		if ctx.Err() != nil {
 			return got, fmt.Errorf("reading %s: %w", r.topic, ctx.Err())
 		}
@@ -366,6 +390,7 @@ func (r *TopicReader) Poll(ctx context.Context, each func(rec kafka.Record, valu
 			r.next[p] = rec.Offset + 1
 			got++
 		}
+		r.next[p] = fetch.NextAfter(res.Records, r.next[p]) // past control records
 	}
 	return got, nil
 }

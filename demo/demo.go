@@ -47,6 +47,9 @@ type Config struct {
 	ExtraFields bool
 	Headers     bool
 	Grace       time.Duration
+	// ExactlyOnce runs the workers exactly-once (node.Config.ExactlyOnce)
+	// and reads the alerts read_committed.
+	ExactlyOnce bool
 	// Timeout bounds the whole run.
 	Timeout time.Duration
 	// Progress receives progress lines. Default: io.Discard.
@@ -190,7 +193,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		JoinConfig:   node.JoinConfig{Fields: cfg.Fields, Grace: cfg.Grace},
 		MemberConfig: node.MemberConfig{Assignor: cfg.Assignor},
 		Logger:       cfg.Logger,
+		ExactlyOnce:  cfg.ExactlyOnce,
 	}, names)
+	b.ReadCommitted = b.ReadCommitted || cfg.ExactlyOnce
 	if err != nil {
 		return Report{}, err
 	}

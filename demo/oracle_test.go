@@ -32,6 +32,9 @@ func TestOracle(t *testing.T) {
 		noDuplicates bool
 		// maxDuplicates, when set, bounds the duplicates.
 		maxDuplicates int
+		// exactlyOnce: exactly-once workers, alerts read read_committed
+		// (see exactlyOnceScenarios).
+		exactlyOnce bool
 	}{
 		{name: "none", workers: []string{"w1", "w2", "w3"}, noDuplicates: true},
 		// With 4 members and 6 partitions, roundrobin puts market-p on member
@@ -72,6 +75,10 @@ func TestOracle(t *testing.T) {
 			// owners wrote (hundreds).
 			maxDuplicates: 150},
 	}
+	for _, sc := range scenarios[:len(scenarios):len(scenarios)] {
+		sc.name, sc.exactlyOnce, sc.noDuplicates, sc.maxDuplicates = "exactly-once-"+sc.name, true, true, 0
+		scenarios = append(scenarios, sc)
+	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -90,7 +97,10 @@ func TestOracle(t *testing.T) {
 					CommitInterval: 100 * time.Millisecond,
 					MaxTaskIdle:    2 * time.Second,
 				},
-				Logger: testLogger(t),
+				Logger:      testLogger(t),
+				ExactlyOnce: sc.exactlyOnce,
+				// The isolated worker's transaction outlives it.
+				TransactionTimeout: 3 * time.Second,
 			})
 			t.Cleanup(func() {
 				if err := f.StopAll(); err != nil {
@@ -127,9 +137,15 @@ func TestOracle(t *testing.T) {
 			}
 			wl := p.Workload()
 			r := oracle.NewAlertReader(b.Client, b.Topics.Alerts, b.Partitions)
+			if sc.exactlyOnce {
+				r.ReadCommitted()
+			}
 			rep, err := wl.WaitComplete(ctx, r, wl.Produced(), 60*time.Second)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if sc.exactlyOnce {
+				rep = settleCommitted(ctx, t, wl, r)
 			}
 			n, ticks, exact := wl.Counts()
 			t.Logf("oracle %s: %v (ticks=%d, notifications at a tick's exact time=%d)", sc.name, rep, ticks, exact)
@@ -143,7 +159,7 @@ func TestOracle(t *testing.T) {
 				t.Errorf("oracle: %d duplicates, want at most %d", rep.Duplicates, sc.maxDuplicates)
 			}
 			if sc.noDuplicates && rep.Duplicates != 0 {
-				t.Errorf("oracle: %d duplicates without a disturbance", rep.Duplicates)
+				t.Errorf("oracle: %d duplicates (without a disturbance, or exactly-once)", rep.Duplicates)
 			}
 			if sc.assignor == "roundrobin" && rep.Results["local"] != 0 {
 				t.Errorf("roundrobin: %d local joins, want every priced join remote", rep.Results["local"])

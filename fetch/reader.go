@@ -104,6 +104,7 @@ func (r *Reader) Fetch(ctx context.Context) ([]Record, error) {
 		r.Next = out[len(out)-1].Offset + 1
 		r.lastN = len(out)
 	}
+	r.Next = NextAfter(res.Records, r.Next) // read_committed: past dropped records (isolation.go)
 	if err != nil {
 		return out, fmt.Errorf("fetch %s-%d: %w", r.Topic, r.Partition, err)
 	}

@@ -73,7 +73,7 @@ func classify(err error) action {
 	var kerr kafka.Error
 	switch {
 	// Our sentinels first: they may wrap a Kafka error.
-	case errors.Is(err, errSyncClosed), wantsRejoin(err):
+	case errors.Is(err, errSyncClosed), wantsRejoin(err), errors.Is(err, errRestart):
 		return actRejoin
 	case errors.Is(err, errSessionLost):
 		return actReset

@@ -68,6 +68,9 @@ type Member struct {
 	refused    map[int]bool
 	rejoin     chan struct{}
 	rejoinOnce sync.Once
+	// restart is the reason of a pending Restart (restart.go); guarded
+	// by mu.
+	restart error
 }
 
 type generation struct {
@@ -333,7 +336,7 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 			return nil
 		case <-tick.C:
 		case <-m.rejoinCh():
-			return errReleased
+			return m.rejoinReason() // restart.go, release.go
 		}
 		if a.Leader && (m.warmups.Load() > 0 || m.unbalanced.Load()) && time.Since(planned) >= m.cfg.ProbingRebalanceInterval {
 			m.log.Info("group: probing rebalance: the plan has warm-ups or is unbalanced; rejoining to move the tasks whose copies caught up",

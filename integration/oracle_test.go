@@ -49,6 +49,9 @@ type oracleScenario struct {
 	// more than it); without one, late ticks must be counted.
 	userRecords bool
 	grace       time.Duration
+	// exactlyOnce runs the workers with --processing-guarantee
+	// exactly-once and reads the alerts read_committed (eos_test.go).
+	exactlyOnce bool
 }
 
 // userFields are the member names of the userRecords scenarios.
@@ -57,6 +60,9 @@ var userFields = record.Fields{Symbol: "ticker", Price: "last"}
 func runOracle(t *testing.T, sc oracleScenario) {
 	c := newCluster(t, partitions)
 	c.net.runFlags = append(c.net.runFlags, sc.args...)
+	if sc.exactlyOnce {
+		c.net.runFlags = append(c.net.runFlags, exactlyOnceFlags...)
+	}
 	load := oracleLoad
 	if sc.load != nil {
 		load = *sc.load
@@ -97,9 +103,16 @@ func runOracle(t *testing.T, sc oracleScenario) {
 	}
 	wl := p.Workload()
 	loaded := time.Now()
-	rep, err := wl.WaitComplete(ctx, oracle.NewAlertReader(c.client, c.alertsT, partitions), wl.Produced(), 2*time.Minute)
+	reader := oracle.NewAlertReader(c.client, c.alertsT, partitions)
+	if sc.exactlyOnce {
+		reader.ReadCommitted()
+	}
+	rep, err := wl.WaitComplete(ctx, reader, wl.Produced(), 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sc.exactlyOnce {
+		rep = settleCommitted(ctx, t, c, wl, reader, rep)
 	}
 	if d := time.Since(loaded); sc.completeWithin > 0 && d > sc.completeWithin {
 		t.Errorf("the last alert came %v after the load ended, want within %v", d, sc.completeWithin)
@@ -209,17 +222,20 @@ func TestIntegrationOracleRoundRobin(t *testing.T) {
 // Scale out and in, every moved task's store bulk-loaded.
 func TestIntegrationOracleScaleOutAndIn(t *testing.T) {
 	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true") // scale-in leaves at once
-	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, maxDuplicates: -1, bulkRestore: true,
-		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
-			at(0.2)
-			ws["w3"] = c.start("w3")
-			at(0.4)
-			ws["w4"] = c.start("w4")
-			at(0.6)
-			c.stop(ws["w1"])
-			at(0.8)
-			c.stop(ws["w4"])
-		}})
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, maxDuplicates: -1, bulkRestore: true, disturb: scaleOutAndIn})
+}
+
+// scaleOutAndIn starts w3 and w4 beside w1 and w2, then stops w1 and w4,
+// at a fifth of the load each.
+func scaleOutAndIn(c *cluster, ws map[string]*worker, at func(float64)) {
+	at(0.2)
+	ws["w3"] = c.start("w3")
+	at(0.4)
+	ws["w4"] = c.start("w4")
+	at(0.6)
+	c.stop(ws["w1"])
+	at(0.8)
+	c.stop(ws["w4"])
 }
 
 // kill -9 of a worker, restarted 10 s later with the same id and state dir:

@@ -104,6 +104,7 @@ func every(ctx context.Context, d time.Duration, f func()) {
 func (w *Processor) commit(ctx context.Context) error {
 	w.commitMu.Lock()
 	defer w.commitMu.Unlock()
+	defer w.txnPause(ctx)() // exactly-once: no write until the transaction ends (txn.go)
 	w.mu.RLock()
 	offsets, notifTs := w.offsetsLocked(w.procs, w.states)
 	w.mu.RUnlock()
@@ -125,7 +126,9 @@ func (w *Processor) commitFinal(ctx context.Context, procs []*processTask, state
 	}
 	w.commitMu.Lock()
 	defer w.commitMu.Unlock()
+	defer w.txnPause(ctx)()
 	offsets, notifTs := w.offsetsLocked(pm, sm)
+	w.txnAddRunning(offsets, notifTs) // exactly-once: the transaction holds their writes too
 	err := w.commitLocked(ctx, offsets, notifTs)
 	for p := range pm {
 		delete(w.committed[w.cfg.Topics.Notifications], p)
@@ -177,10 +180,10 @@ func (w *Processor) offsetsLocked(procs map[int]*processTask, states map[int]*st
 
 // commitLocked commits offsets; w.commitMu is held.
 func (w *Processor) commitLocked(ctx context.Context, offsets map[string]map[int]int64, notifTs map[*stateTask]int64) error {
-	if len(offsets) == 0 || w.member == nil {
+	if (len(offsets) == 0 && !w.txnPending()) || w.member == nil {
 		return nil
 	}
-	if err := w.member.Commit(ctx, offsets); err != nil {
+	if err := w.commitOffsets(ctx, offsets); err != nil { // txn.go
 		if !errors.Is(err, group.ErrRebalancing) {
 			w.metrics.CommitErrors.Inc()
 			w.log.Warn("offset commit failed; retrying at the next interval", "err", err)

@@ -48,6 +48,9 @@ type taskEnv struct {
 	// member is the group (set by Processor.Run before any task starts):
 	// committed offsets, and whether alerts may be written (waitActive).
 	member Membership
+	// eos is the exactly-once state (txn.go): writes and their acks
+	// inside the open transaction.
+	eos eosState
 
 	// writer writes alerts and dead letters; maxBytes are the output
 	// topics' max.message.bytes (Config.MaxMessageBytes).

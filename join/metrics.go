@@ -47,6 +47,8 @@ type Metrics struct {
 	DeadLettersDropped   *prometheus.CounterVec
 	// joiner_output_blocked
 	OutputBlocked prometheus.Gauge
+	// txn are the exactly-once metrics (txn.go).
+	txn txnMetrics
 }
 
 // Reasons of joiner_restore_records_total: why market records were applied
@@ -214,6 +216,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.DeadLettersTruncated.WithLabelValues(r)
 		m.DeadLettersDropped.WithLabelValues(r)
 	}
+	m.txn = newTxnMetrics(reg)
 	return m
 }
 

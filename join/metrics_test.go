@@ -32,6 +32,7 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 		"joiner_standby_lag_records", "joiner_notifications_misrouted_total", "joiner_task_stalled",
 		"joiner_partition_changes_total", "joiner_dead_letters_truncated_total", "joiner_dead_letters_dropped_total",
 		"joiner_output_blocked", "joiner_alert_field_conflicts_total", "joiner_ticks_late_total",
+		"joiner_transactions_total", "joiner_transaction_seconds", "joiner_producer_fenced_total",
 	} {
 		found := false
 		for _, mf := range mfs {

@@ -391,6 +391,9 @@ func (o *outWrite) send(ctx context.Context, batches []*encoded, at []int) error
 			}
 			var rej *produce.RejectedError
 			if !errors.As(err, &rej) {
+				if o.w.txnFailed(err) { // exactly-once: not retried, the transaction aborts (txn.go)
+					return backoff.Permanent(err)
+				}
 				return err
 			}
 			// Every other message was written: send the refused ones
@@ -599,8 +602,12 @@ func (t *processTask) flush(ctx context.Context, s *outScratch, batches []*encod
 	if err := w.waitActive(ctx); err != nil {
 		return err
 	}
+	if err := w.txnHold(ctx, t); err != nil { // exactly-once: until ack (txn.go)
+		return err
+	}
 	rerouted, err := w.writeOutWith(ctx, s, t.p, batches, dead)
 	if err != nil {
+		w.txnDrop(t, err)
 		return err
 	}
 	// Counted per result, one counter update per result and write.

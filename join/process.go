@@ -133,6 +133,7 @@ func newProcessTask(env *taskEnv, p int, st *stateTask) *processTask {
 func (t *processTask) ack(next, tsMs int64) {
 	t.ackedTs.Store(max(t.ackedTs.Load(), tsMs))
 	t.acked.Store(next)
+	t.env.txnRelease(t) // exactly-once: the write and its ack are in one transaction
 }
 
 func (t *processTask) run(ctx context.Context) {

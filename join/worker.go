@@ -26,6 +26,8 @@
 // Delivery is at least once: alerts are acknowledged by Kafka before the
 // offsets of the notifications that produced them are committed, and a
 // store holds its prices and the market offset they came from in one batch.
+// Under exactly-once (EnableExactlyOnce, txn.go) every commit is one Kafka
+// transaction holding the alerts, the dead letters and the offsets.
 //
 // The files, by stage:
 //
@@ -44,6 +46,7 @@
 //	repartition.go  partition count changes: a moved symbol's earlier tasks are asked too
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
+//	txn.go       exactly-once: one transaction per commit, abort and rewind
 //	gate.go      a process task's gate, closed when the task is revoked
 //	worker.go    the Processor: configuration, rebalance (Assigned), Held and Owned
 //	progress.go  each task's lag from its partition's end, and stalls (no progress with lag)
@@ -613,7 +616,7 @@ func (w *Processor) Rebalancing(ctx context.Context) {
 // is committed, and the stores are closed but kept on disk (they are
 // versioned, so a task assigned here again restores only what it lacks and
 // resumes from the group's committed offsets). Standby tasks stop too.
-func (w *Processor) Lost(_ context.Context, err error) {
+func (w *Processor) Lost(ctx context.Context, err error) {
 	w.mu.Lock()
 	n := len(w.procs)
 	lost := sortedKeys(w.activeLocked())
@@ -622,6 +625,7 @@ func (w *Processor) Lost(_ context.Context, err error) {
 	w.log.Warn("group membership lost: stopping every task without writing or committing more; tasks assigned again restart from the committed offsets",
 		"tasks", n, "err", err)
 	w.stopAll()
+	w.txnLost(ctx)
 	w.addHistory(RebalanceEvent{At: time.Now(), Generation: w.currentAssignment().Generation, Moved: []TaskMove{},
 		Reason: fmt.Sprintf("membership lost (%v): every task stopped without committing", err), Assigned: []int{}, Revoked: lost})
 	w.mu.Lock()

@@ -105,6 +105,17 @@ type Config struct {
 	// OpenTimeout and FS, the filesystem tests inject faults with (see
 	// statestore.Options).
 	StoreOptions
+	// ExactlyOnce turns on exactly-once processing (join.ExactlyOnce):
+	// one transactional producer, with join.TransactionalID of Group and
+	// InstanceID, and one transaction per commit holding the alerts, the
+	// dead letters and the offsets; both inputs read read_committed. The
+	// commit interval (JoinConfig.CommitInterval) then defaults to
+	// join.DefaultExactlyOnceCommitInterval.
+	ExactlyOnce bool
+	// TransactionTimeout bounds an open transaction under ExactlyOnce
+	// (the coordinator aborts one open longer). Default:
+	// join.DefaultTransactionTimeout.
+	TransactionTimeout time.Duration
 
 	// Transport carries every Kafka request of the node: the group
 	// client, the fetchers, the producer and the admin calls. Give it the
@@ -267,10 +278,18 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	checkMarketRetention(ctx, n.client, cfg.Topics.Market, n.historyRetention(), newRetentionGauge(n.reg), n.log)
 	n.fetcher = fetch.NewMux(n.client)
+	eos, err := n.exactlyOnce(ctx, maxBytes) // eos.go
+	if err != nil {
+		return nil, err
+	}
 	jc := cfg.JoinConfig
-	jc.Client, jc.Writer, jc.Stores, jc.MaxMessageBytes = n.fetcher, n.writer, n.stores, maxBytes
+	jc.Client, jc.Writer, jc.Stores, jc.MaxMessageBytes = eos.client, n.writer, n.stores, maxBytes
+	jc.CommitInterval = eos.commitInterval
 	jc.HTTPClient, jc.Registerer = n.peer.client(), n.reg
 	if n.worker, err = join.NewProcessor(jc); err != nil {
+		return nil, err
+	}
+	if err := eos.enable(n.worker); err != nil {
 		return nil, err
 	}
 	n.status = n.newStatusPage()

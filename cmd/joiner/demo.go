@@ -26,6 +26,8 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		asJSON  bool
 		verbose bool
 		serve   bool
+		// guarantee is --processing-guarantee.
+		guarantee string
 	)
 	var brokers string
 	fs.StringVar(&brokers, "brokers", "", "run on this Kafka cluster (comma-separated bootstrap brokers) instead of the embedded broker; topics and group are created for the run and the topics deleted after it")
@@ -42,6 +44,7 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.ExtraFields, "extra-fields", false, "notifications in five shapes with members of their own (see joiner loadgen)")
 	fs.BoolVar(&cfg.Headers, "headers", false, "headers on every notification (see joiner loadgen)")
 	fs.DurationVar(&cfg.Grace, "grace", 0, "the workers' --grace")
+	fs.StringVar(&guarantee, "processing-guarantee", atLeastOnce, "the workers' --processing-guarantee: at-least-once, or exactly-once (the report then reads the alerts read_committed)")
 	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
 	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")
 	fs.BoolVar(&serve, "serve", false, "keep the workers running after the report and print each worker's status page URL; stop with Ctrl-C")
@@ -50,6 +53,13 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return status
 	}
 	cfg.Brokers = splitList(brokers)
+	switch guarantee {
+	case atLeastOnce:
+	case exactlyOnce:
+		cfg.ExactlyOnce = true
+	default:
+		return fs.fail(2, fmt.Errorf("--processing-guarantee %q: want %s or %s", guarantee, atLeastOnce, exactlyOnce))
+	}
 	if err := cfg.Validate(); err != nil {
 		return fs.fail(2, err)
 	}

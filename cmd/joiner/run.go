@@ -35,6 +35,9 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	cfg.Brokers = splitList(rf.brokers)
 	cfg.Dirs = splitList(rf.stateDirs)
+	if err := applyGuarantee(fs, rf.guarantee, cfg); err != nil {
+		return fs.fail(2, err)
+	}
 	if err := validateRun(fs.FlagSet, cfg); err != nil {
 		return fs.fail(2, err)
 	}
@@ -78,6 +81,7 @@ type runFlags struct {
 	logFormat, logLevel string
 	httpCAFile          string
 	sec                 *kafkasec.Config
+	guarantee           string // --processing-guarantee (guarantee.go)
 }
 
 // addRunFlags defines the flags of `joiner run` on fs. Their defaults are
@@ -112,7 +116,8 @@ func addRunFlags(fs *cmdFlags) *runFlags {
 	fs.DurationVar(&rf.cfg.ProbingRebalanceInterval, "probing-rebalance-interval", group.DefaultProbingRebalanceInterval, "how often the leader replans while warm-ups run, to move tasks whose copy caught up")
 	fs.DurationVar(&rf.cfg.MaxTaskIdle, "max-task-idle", join.DefaultMaxTaskIdle, "how often a notification waiting for the market to be read past its timestamp re-checks the market's end")
 	fs.DurationVar(&rf.cfg.Grace, "grace", 0, "how late a tick may be written and still join: a notification at T waits until the market is read past T + grace, or is at its end at least grace after T; about that much latency (0: none)")
-	fs.DurationVar(&rf.cfg.CommitInterval, "commit-interval", join.DefaultCommitInterval, "how often processed offsets are committed")
+	fs.DurationVar(&rf.cfg.CommitInterval, "commit-interval", join.DefaultCommitInterval, "how often processed offsets are committed (under exactly-once: how often a transaction commits; default 100ms there)")
+	addGuaranteeFlags(fs, &rf.guarantee, &rf.cfg.TransactionTimeout)
 	fs.DurationVar(&rf.cfg.StallTimeout, "stall-timeout", join.DefaultStallTimeout, "a task with unprocessed notifications that acknowledges none for this long is stalled: logged at ERROR, joiner_task_stalled 1, /readyz 503 until it moves")
 	fs.DurationVar(&rf.cfg.HistoryRetention, "history-retention", join.DefaultHistoryRetention, "price history kept per task before its newest committed notification; older notifications join the oldest kept price (result late)")
 	fs.Int64Var(&rf.cfg.BulkRestoreMin, "bulk-restore-min", join.DefaultBulkRestoreMin, "a restore of at least this many market records is bulk-loaded: its ticks sorted in memory (about 40 bytes each, 1M at a time at most) and ingested into the store as tables; 0 or less: never")

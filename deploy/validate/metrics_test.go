@@ -72,6 +72,11 @@ var exported = map[string]string{
 	// The user's own records (issue 23).
 	"joiner_alert_field_conflicts_total": "counter",
 	"joiner_ticks_late_total":            "counter",
+	// Exactly-once processing (issue 21), exported at 0 under
+	// at-least-once.
+	"joiner_transactions_total":    "counter",
+	"joiner_transaction_seconds":   "histogram",
+	"joiner_producer_fenced_total": "counter",
 }
 
 var (

@@ -1,0 +1,71 @@
+package fetch
+
+import (
+	"context"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// CommittedClient is a *kafka.Client whose Fetch and ListOffsets read
+// read_committed: Fetch goes through Isolated and its records through
+// Committed's filter (aborted transactions and control records dropped),
+// and its HighWatermark is the partition's last stable offset, the end a
+// read_committed reader can reach; ListOffsets of the end gives the last
+// stable offset too. Every other method is the client's. Readers of a
+// response's records that must advance past dropped records read
+// CommittedRecords.Next once the records are read.
+type CommittedClient struct{ *kafka.Client }
+
+// Fetch fetches req read_committed. A request at kafka.FirstOffset or
+// kafka.LastOffset is the client's own (read_committed too).
+func (c CommittedClient) Fetch(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error) {
+	r := *req
+	r.IsolationLevel = kafka.ReadCommitted
+	if r.Offset < 0 {
+		return c.Client.Fetch(ctx, &r)
+	}
+	res, err := Isolated(ctx, c.Client, &r)
+	if err != nil {
+		return nil, err
+	}
+	end := res.LastStableOffset
+	if end < 0 {
+		end = res.HighWatermark
+	}
+	return &kafka.FetchResponse{
+		Topic:         res.Topic,
+		Partition:     res.Partition,
+		HighWatermark: end,
+		Error:         res.Error,
+		Records:       &CommittedRecords{r: newCommittedReader(res.Records, res.Aborted)},
+	}, nil
+}
+
+// ListOffsets lists offsets read_committed: the end of a partition is its
+// last stable offset.
+func (c CommittedClient) ListOffsets(ctx context.Context, req *kafka.ListOffsetsRequest) (*kafka.ListOffsetsResponse, error) {
+	r := *req
+	r.IsolationLevel = kafka.ReadCommitted
+	return c.Client.ListOffsets(ctx, &r)
+}
+
+// CommittedRecords are the records of a CommittedClient fetch that a
+// read_committed consumer sees.
+type CommittedRecords struct{ r *committedReader }
+
+// ReadRecord returns the next visible record, or io.EOF.
+func (c *CommittedRecords) ReadRecord() (*kafka.Record, error) { return c.r.ReadRecord() }
+
+// Next is the offset after the last record read, visible or dropped (a
+// control record, an aborted batch); -1 before any. A reader goes on from
+// it, or it would fetch a trailing commit marker again and again.
+func (c *CommittedRecords) Next() int64 { return c.r.next }
+
+// NextAfter returns the offset to fetch after reading rs from next:
+// CommittedRecords.Next when rs is one and it is further.
+func NextAfter(rs kafka.RecordReader, next int64) int64 {
+	if c, ok := rs.(*CommittedRecords); ok {
+		return max(next, c.Next())
+	}
+	return next
+}

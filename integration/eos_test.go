@@ -1,0 +1,141 @@
+package integration
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/joiner-dev/joiner/testsupport/oracle"
+)
+
+// The oracle scenarios under exactly-once (--processing-guarantee
+// exactly-once): the workers write every alert inside a transaction that
+// also commits the offsets of the notifications it came from, and the
+// alerts are read read_committed. In every scenario: 0 lost, 0 wrong
+// prices and 0 duplicates. The counts are logged ("oracle ...").
+
+// exactlyOnceFlags are the worker flags of the exactly-once scenarios:
+// the commit interval is the exactly-once default (workerFlags sets
+// 500ms).
+var exactlyOnceFlags = []string{"--processing-guarantee", "exactly-once", "--commit-interval", "100ms"}
+
+// settleCommitted reads the alerts once more after every transaction
+// open when the last one was read must have ended (the default
+// transaction timeout): an alert committed late would be a duplicate.
+func settleCommitted(ctx context.Context, t *testing.T, c *cluster, wl *oracle.Workload, r *oracle.AlertReader, rep oracle.Report) oracle.Report {
+	t.Helper()
+	time.Sleep(11 * time.Second)
+	rep, err := wl.WaitComplete(ctx, r, wl.Produced(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a read_uncommitted consumer sees: the aborted copies too.
+	if raw, err := wl.WaitComplete(ctx, oracle.NewAlertReader(c.client, c.alertsT, partitions), wl.Produced(), time.Second); err == nil {
+		t.Logf("read_uncommitted: %d alert records, %d duplicates (aborted transactions' copies)", raw.Alerts, raw.Duplicates)
+	}
+	return rep
+}
+
+func TestIntegrationExactlyOnceUndisturbed(t *testing.T) {
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, exactlyOnce: true, maxDuplicates: 0})
+}
+
+func TestIntegrationExactlyOnceRoundRobin(t *testing.T) {
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3", "w4"}, args: []string{"--assignor", "roundrobin"}, exactlyOnce: true, maxDuplicates: 0})
+}
+
+func TestIntegrationExactlyOnceScaleOutAndIn(t *testing.T) {
+	t.Setenv("JOINER_LEAVE_ON_SHUTDOWN", "true")
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2"}, exactlyOnce: true, maxDuplicates: 0, disturb: scaleOutAndIn})
+}
+
+// kill -9 with an open transaction, restarted 6 s later (within the
+// session): the restarted worker's InitProducerID fences the killed one
+// and aborts its transaction; its tasks start from the offsets of the
+// last committed one.
+func TestIntegrationExactlyOnceKill9Restart(t *testing.T) {
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, exactlyOnce: true, maxDuplicates: 0,
+		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
+			at(0.2)
+			c.kill9(ws["w2"])
+			time.Sleep(6 * time.Second)
+			ws["w2"] = c.start("w2")
+		}})
+}
+
+// SIGSTOP past the session timeout (6 s) with a transaction open, then
+// SIGCONT: the group gave its tasks to others, so the stopped worker's
+// offsets are refused (KIP-447: its generation is over) or its
+// transaction was aborted by the coordinator (past the transaction
+// timeout): nothing it wrote becomes visible, and it rejoins.
+func TestIntegrationExactlyOnceSIGSTOP(t *testing.T) {
+	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, exactlyOnce: true, maxDuplicates: 0,
+		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
+			at(0.2)
+			w := ws["w3"]
+			if err := w.signal(syscall.SIGSTOP); err != nil {
+				c.t.Fatal(err)
+			}
+			time.Sleep(12 * time.Second)
+			if err := w.signal(syscall.SIGCONT); err != nil {
+				c.t.Fatal(err)
+			}
+		},
+		after: func(c *cluster, ws map[string]*worker, _ *oracle.Workload) {
+			if n := c.countLogLines("transaction aborted"); n == 0 {
+				c.t.Errorf("the worker stopped past its session aborted no transaction (no \"transaction aborted\" in the logs)")
+			} else {
+				c.t.Logf("%d transactions aborted", n)
+			}
+			if v, err := ws["w3"].view(); err != nil || !ws["w3"].running() {
+				c.t.Errorf("w3 did not come back after SIGCONT: %v", err)
+			} else {
+				c.t.Logf("w3 after SIGCONT: generation %d, tasks %v", v.Generation, v.Tasks)
+			}
+		}})
+}
+
+// Two live processes with one instance id (and their own state dirs) under
+// exactly-once: each one's InitProducerID fences the other's producer, and
+// the group fences the older member, which exits 1 saying so; the newer
+// one goes on.
+func TestIntegrationExactlyOnceSameInstanceTwice(t *testing.T) {
+	c := newCluster(t, partitions)
+	c.net.runFlags = append(c.net.runFlags, exactlyOnceFlags...)
+	first := c.start("w1")
+	c.waitStable([]*worker{first}, 0, 60*time.Second)
+	c.flags = []string{"--state-dir", c.stateDir("w1-second")}
+	second := c.start("w1")
+	c.flags = nil
+	var gone *worker
+	for deadline := time.Now().Add(90 * time.Second); gone == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, w := range []*worker{first, second} {
+			if !w.running() {
+				gone = w
+			}
+		}
+	}
+	if gone == nil {
+		t.Fatal("both processes with instance id w1 still run after 90s")
+	}
+	other := first
+	if gone == first {
+		other = second
+	}
+	defer c.kill9(other)
+	code := -1
+	if gone.cmd.ProcessState != nil {
+		code = gone.cmd.ProcessState.ExitCode()
+	}
+	t.Logf("the %s process exited with status %d", map[bool]string{true: "first", false: "second"}[gone == first], code)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	if n := c.countLogLines("another member runs with the same instance id"); n == 0 {
+		t.Errorf("no log says that another member runs with the same instance id:\n%s", tail(gone.logPath, 20))
+	}
+	if !other.running() {
+		t.Errorf("the other process stopped too")
+	}
+}
