@@ -81,6 +81,9 @@ type taskEnv struct {
 
 	// load sizes the bulk loads of restores (tests make it small).
 	load loadLimits
+	// restoreBudget bounds the ticks the bulk restores of every task of
+	// the worker hold at once (restore_budget.go).
+	restoreBudget *tickBudget
 }
 
 // loadLimits size a restore's bulk load: chunks of at most maxTicks
@@ -141,6 +144,7 @@ func (e *taskEnv) init(cfg Config, log *slog.Logger, metrics *Metrics) {
 	e.alerts = record.NewAlertEncoder(cfg.InstanceID)
 	e.writer, e.maxBytes = cfg.Writer, cfg.MaxMessageBytes
 	e.load = loadLimits{maxTicks: restoreLoadMaxTicks, streams: restoreStreams}
+	e.restoreBudget = newTickBudget(restoreBudgetTicks)
 }
 
 // noteTaskErr records err as task p's last error (on error paths only).

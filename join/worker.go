@@ -36,6 +36,7 @@
 //	taskplan.go  the task manager: what an assignment changes (Assigned carries it out)
 //	restore.go   state tasks: their lifecycle and roles; restore and tail market-p into the store
 //	restore_load.go    the bulk load of a long restore
+//	restore_budget.go  the worker-wide budget of the ticks bulk restores hold
 //	restore_copy.go    dead-lettering the ticks a promoted standby copy skipped
 //	restore_wait.go    waiting for a task's state to be read past a notification
 //	restore_faults.go  stores that fail to open
