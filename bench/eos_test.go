@@ -92,9 +92,17 @@ func TestLatencyByGuarantee(t *testing.T) {
 		t.Fatalf("latency charts %v; want one", svgs)
 	}
 	svg, _ := os.ReadFile(svgs[0])
-	for _, want := range []string{"EOS p99", "ALO p99"} {
+	for _, want := range []string{"eos p99", "alo p99"} {
 		if !strings.Contains(string(svg), want) {
 			t.Errorf("latency chart lacks the bar %q", want)
+		}
+	}
+	// Ten bars: neighbouring labels (12 px, centred in their slots) do not
+	// overlap.
+	slot := float64(chartW-chartLeft-chartRight) / 10
+	for _, pair := range [][2]string{{"alo p99.9", "alo max"}, {"eos p99", "eos p99.9"}, {"eos p99.9", "eos max"}, {"alo max", "eos p50"}} {
+		if w := (textWidth(pair[0], 12, false) + textWidth(pair[1], 12, false)) / 2; w > slot {
+			t.Errorf("labels %q and %q take %.0f px of a %.0f px slot", pair[0], pair[1], w, slot)
 		}
 	}
 }

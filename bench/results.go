@@ -237,15 +237,16 @@ func (r *results) latencyGuarantees() []string {
 	return gs
 }
 
-// latencyOf is the latency rounds under guarantee g.
-// guaranteeShort labels a guarantee's bars: ALO or EOS.
+// guaranteeShort labels a guarantee's bars: alo or eos (lower case, so
+// that ten labels fit their slots).
 func guaranteeShort(g string) string {
 	if g == exactlyOnce {
-		return "EOS"
+		return "eos"
 	}
-	return "ALO"
+	return "alo"
 }
 
+// latencyOf is the latency rounds under guarantee g.
 func (r *results) latencyOf(g string) []latencyRound {
 	var out []latencyRound
 	for _, l := range r.latency {
@@ -256,7 +257,7 @@ func (r *results) latencyOf(g string) []latencyRound {
 	return out
 }
 
-// latencyTarget is issue's p99 target under guarantee g: 50 ms
+// latencyTarget is the p99 target under guarantee g: 50 ms
 // at-least-once, 150 ms exactly-once (its 100 ms commit interval).
 func latencyTarget(g string) string {
 	if g == exactlyOnce {
