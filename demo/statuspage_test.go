@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,7 @@ import (
 	"github.com/joiner-dev/joiner/statuspage"
 	"github.com/joiner-dev/joiner/testsupport/htmltest"
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
 	"golang.org/x/net/html"
@@ -312,22 +314,53 @@ var errNoLeader = errors.New("test: the market partition has no leader")
 
 func (b *marketBlocker) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
 	if b.on.Load() {
-		switch r := req.(type) {
+		switch req.(type) {
 		case *fetch.Request:
-			for _, tp := range r.Topics {
-				if tp.Topic == b.market {
-					return nil, errNoLeader
+			// One Fetch carries every partition the worker reads from the
+			// broker (fetch.Mux): the market's fail, the others are read.
+			res, err := b.RoundTripper.RoundTrip(ctx, addr, req)
+			if f, ok := res.(*fetch.Response); ok && err == nil {
+				for i := range f.Topics {
+					if f.Topics[i].Topic != b.market {
+						continue
+					}
+					for j := range f.Topics[i].Partitions {
+						p := &f.Topics[i].Partitions[j]
+						p.ErrorCode, p.RecordSet = int16(kafka.LeaderNotAvailable), protocol.RecordSet{}
+					}
 				}
 			}
-		case *listoffsets.Request:
-			for _, tp := range r.Topics {
-				if tp.Topic == b.market {
-					return nil, errNoLeader
+			return res, err
+		default:
+			if lo := listOffsetsOf(req); lo != nil {
+				for _, tp := range lo.Topics {
+					if tp.Topic == b.market {
+						return nil, errNoLeader
+					}
 				}
 			}
 		}
 	}
 	return b.RoundTripper.RoundTrip(ctx, addr, req)
+}
+
+// listOffsetsOf is the ListOffsets request req is or wraps: the worker's
+// transport sends ListOffsets in a type of its own that embeds it (one
+// request per partition leader).
+func listOffsetsOf(req kafka.Request) *listoffsets.Request {
+	if lo, ok := req.(*listoffsets.Request); ok {
+		return lo
+	}
+	v := reflect.ValueOf(req)
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	for i := range v.NumField() {
+		if lo, ok := v.Field(i).Interface().(*listoffsets.Request); ok {
+			return lo
+		}
+	}
+	return nil
 }
 
 // TestStatusPageWaitingForMarket: once the market cannot be read, the
