@@ -31,7 +31,7 @@ import (
 //     for ever), the open is abandoned: the error wraps ErrOpenTimeout (or
 //     ErrDiskFull), the dir is not opened again by this Manager, and the
 //     goroutine closes the DB if Pebble ever returns it. Close waits for
-//     such goroutines for closeWait at most, then returns ErrOpenStuck: the
+//     such goroutines for Options.CloseWait at most, then returns ErrOpenStuck: the
 //     process should exit 1 (node.Run returns the error, joiner exits 1).
 //   - While a store is open, a write of its WAL that fails (any error), or
 //     a write, sync or create of its other files that fails for want of
@@ -57,8 +57,8 @@ const DefaultMinFreeBytes = 2 * memTableBytes
 // DefaultOpenTimeout is the default of Options.OpenTimeout.
 const DefaultOpenTimeout = time.Minute
 
-// closeWait bounds how long Close waits for abandoned opens.
-var closeWait = 5 * time.Second
+// DefaultCloseWait is the default of Options.CloseWait.
+const DefaultCloseWait = 5 * time.Second
 
 var (
 	// ErrDiskFull is wrapped by the errors of a store that cannot open or
@@ -99,7 +99,7 @@ func (m *Manager) checkFree(task int, dir string) error {
 	if min < 0 {
 		return nil
 	}
-	free, err := m.availBytes(dir)
+	free, err := m.freeBytes(dir)
 	if err != nil {
 		return nil
 	}
@@ -343,18 +343,18 @@ func (m *Manager) StuckOpens() int {
 	return len(m.stuck)
 }
 
-// waitOpens waits up to closeWait for the goroutines of abandoned opens.
+// waitOpens waits up to Options.CloseWait for the goroutines of abandoned opens.
 func (m *Manager) waitOpens() error {
 	done := make(chan struct{})
 	go func() { m.bg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
-	case <-time.After(closeWait):
+	case <-time.After(m.opts.CloseWait):
 		m.mu.Lock()
 		n := len(m.stuck)
 		m.mu.Unlock()
-		return fmt.Errorf("statestore: %w: %d store opens still hang after %s (a full or failing disk?); exit and restart the process", ErrOpenStuck, n, closeWait)
+		return fmt.Errorf("statestore: %w: %d store opens still hang after %s (a full or failing disk?); exit and restart the process", ErrOpenStuck, n, m.opts.CloseWait)
 	}
 }
 

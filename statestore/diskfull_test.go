@@ -23,16 +23,17 @@ import (
 // error that says disk full and ENOSPC, and the store is kept as it is
 // (a full disk is not the store's fault: no move aside, no rebuild).
 func TestOpenRefusesAFullStateDir(t *testing.T) {
-	fs := vfs.NewMem()
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	fs := &usageFS{FS: vfs.NewMem()}
+	fs.set(func(string) (uint64, error) { return free.Load(), nil })
 	m := openManager(t, Options{Dirs: []string{"/a"}, FS: fs, MinFreeBytes: 1 << 20})
 	s := openTask(t, m, 0)
 	if err := s.Apply([]Tick{{"X", 1, 1, 5}}, 5); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	var free atomic.Uint64
 	free.Store(1<<20 - 1)
-	m.availBytes = func(string) (uint64, error) { return free.Load(), nil }
 	for _, open := range []func() (*Store, error){func() (*Store, error) { return m.OpenTask(0) }, func() (*Store, error) { return m.Rebuild(1) }} {
 		_, err := open()
 		if !IsDiskFull(err) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "1048575 bytes free") {
@@ -74,10 +75,8 @@ func (f lockBlockFS) Lock(name string) (io.Closer, error) {
 // Pebble on the same dir), and Close says the open still hangs; once it
 // returns, its DB is closed and the dir can be opened again.
 func TestOpenIsBoundedAndAbandoned(t *testing.T) {
-	defer func(d time.Duration) { closeWait = d }(closeWait)
-	closeWait = 200 * time.Millisecond
 	fs := lockBlockFS{FS: vfs.NewMem(), release: make(chan struct{}), entered: make(chan struct{}, 1)}
-	m, err := Open(Options{Dirs: []string{"/a"}, Group: "g", FS: fs, Logger: quiet, CacheBytes: 1 << 20, OpenTimeout: 300 * time.Millisecond})
+	m, err := Open(Options{Dirs: []string{"/a"}, Group: "g", FS: fs, Logger: quiet, CacheBytes: 1 << 20, OpenTimeout: 300 * time.Millisecond, CloseWait: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,7 @@ func TestOpenIsBoundedAndAbandoned(t *testing.T) {
 	// Close while both opens hang: bounded, and it says so.
 	start = time.Now()
 	if err := m.Close(); !errors.Is(err, ErrOpenStuck) || time.Since(start) > 2*time.Second {
-		t.Errorf("Close with hanging opens: %v after %s, want ErrOpenStuck after closeWait", err, time.Since(start))
+		t.Errorf("Close with hanging opens: %v after %s, want ErrOpenStuck after CloseWait", err, time.Since(start))
 	}
 	close(fs.release)
 	deadline := time.Now().Add(5 * time.Second)
@@ -309,12 +308,10 @@ func (f sstFullFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error
 // saying disk full, no rebuild), and the repeated errors are slowed down
 // and logged once per interval.
 func TestOpenGivesUpWhenTheReplayFlushFindsTheDiskFull(t *testing.T) {
-	defer func(d time.Duration) { closeWait = d }(closeWait)
-	closeWait = 100 * time.Millisecond
 	mem := vfs.NewMem()
 	var full atomic.Bool
 	var logs lockedBuffer
-	m := openManager(t, Options{Dirs: []string{"/a"}, FS: sstFullFS{FS: mem, full: &full}, OpenTimeout: time.Minute,
+	m := openManager(t, Options{Dirs: []string{"/a"}, FS: sstFullFS{FS: mem, full: &full}, OpenTimeout: time.Minute, CloseWait: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	s := openTask(t, m, 0)
 	batch := make([]Tick, 1000)
@@ -431,4 +428,29 @@ func TestOpenOnAFullTmpfs(t *testing.T) {
 	if _, err := m.OpenTask(0); !IsDiskFull(err) {
 		t.Errorf("OpenTask on a full tmpfs: %v, want a disk-full error", err)
 	}
+}
+
+// usageFS is an FS whose free space the test sets (GetDiskUsage's
+// AvailBytes); an unset one answers as the FS it wraps.
+type usageFS struct {
+	vfs.FS
+	mu    sync.Mutex
+	avail func(dir string) (uint64, error)
+}
+
+func (f *usageFS) set(avail func(dir string) (uint64, error)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.avail = avail
+}
+
+func (f *usageFS) GetDiskUsage(dir string) (vfs.DiskUsage, error) {
+	f.mu.Lock()
+	avail := f.avail
+	f.mu.Unlock()
+	if avail == nil {
+		return f.FS.GetDiskUsage(dir)
+	}
+	n, err := avail(dir)
+	return vfs.DiskUsage{AvailBytes: n, TotalBytes: n, UsedBytes: 0}, err
 }

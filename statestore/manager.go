@@ -130,6 +130,10 @@ type Options struct {
 	// OpenTimeout bounds how long OpenTask waits for Pebble to open a
 	// store (its WAL replay). Default: DefaultOpenTimeout.
 	OpenTimeout time.Duration
+	// CloseWait bounds how long Close waits for the goroutines of opens
+	// that OpenTimeout abandoned before it returns ErrOpenStuck.
+	// Default: DefaultCloseWait.
+	CloseWait time.Duration
 }
 
 // Validate reports the first problem with o, ignoring defaults.
@@ -152,6 +156,9 @@ func (o *Options) Validate() error {
 	}
 	if o.OpenTimeout < 0 {
 		return fmt.Errorf("statestore: open timeout %s is negative", o.OpenTimeout)
+	}
+	if o.CloseWait < 0 {
+		return fmt.Errorf("statestore: close wait %s is negative", o.CloseWait)
 	}
 	if o.OpenTables < 0 {
 		return fmt.Errorf("statestore: open tables %d is negative", o.OpenTables)
@@ -200,6 +207,9 @@ func (o Options) withDefaults() Options {
 	if o.OpenTimeout == 0 {
 		o.OpenTimeout = DefaultOpenTimeout
 	}
+	if o.CloseWait == 0 {
+		o.CloseWait = DefaultCloseWait
+	}
 	return o
 }
 
@@ -212,11 +222,8 @@ type Manager struct {
 	cache *pebble.Cache
 	// files is the table file cache every store shares
 	// (Options.OpenTables).
-	files     *pebble.FileCache
-	freeBytes func(dir string) (uint64, error) // placement's; replaced in tests
-	// availBytes is the free-space check's (diskfull.go); replaced in tests.
-	availBytes func(dir string) (uint64, error)
-	rebuilds   atomic.Int64
+	files    *pebble.FileCache
+	rebuilds atomic.Int64
 
 	locks       []*dirLock       // lock.go
 	corruptDirs atomic.Int64     // corrupt.go
@@ -249,11 +256,6 @@ func Open(opts Options) (*Manager, error) {
 		open: map[int]*Store{},
 	}
 	m.rl = lograte.New(m.log, lograte.DefaultInterval)
-	m.freeBytes = func(dir string) (uint64, error) {
-		u, err := m.fs.GetDiskUsage(dir)
-		return u.AvailBytes, err
-	}
-	m.availBytes = m.freeBytes
 	for _, d := range opts.Dirs { // fail at start on a dir that cannot be used (check.go)
 		if err := checkDir(m.fs, m.groupDir(d)); IsDiskFull(err) {
 			m.log.Warn("statestore: a state dir is full; the tasks placed there fail on this worker and move to others until space is freed",
@@ -608,6 +610,13 @@ func (m *Manager) placeLocked(task int) (string, error) {
 
 // chooseDir picks the state dir of a new task. Ties go to the dir listed
 // first.
+// freeBytes is the space left to the worker in dir (the FS's
+// GetDiskUsage; Options.FS may be a test's wrapper of it).
+func (m *Manager) freeBytes(dir string) (uint64, error) {
+	u, err := m.fs.GetDiskUsage(dir)
+	return u.AvailBytes, err
+}
+
 func (m *Manager) chooseDir() (string, error) {
 	if len(m.opts.Dirs) == 1 {
 		return m.opts.Dirs[0], nil

@@ -359,7 +359,9 @@ func TestOpenTaskTwiceAndRemoveOpen(t *testing.T) {
 
 func TestTasksListsOnlyTaskDirs(t *testing.T) {
 	fs := vfs.NewMem()
-	m := openManager(t, Options{Dirs: []string{"/a", "/b"}, FS: fs, Placement: PlacementTasks})
+	// MinFreeBytes off: the free-space check reads free bytes too; this
+	// test is about placement alone.
+	m := openManager(t, Options{Dirs: []string{"/a", "/b"}, FS: fs, Placement: PlacementTasks, MinFreeBytes: NoMinFreeBytes})
 	for _, task := range []int{4, 0, 11} {
 		openTask(t, m, task).Close()
 	}
@@ -377,10 +379,12 @@ func TestTasksListsOnlyTaskDirs(t *testing.T) {
 }
 
 func TestPlacementByFreeBytes(t *testing.T) {
-	fs := vfs.NewMem()
-	m := openManager(t, Options{Dirs: []string{"/a", "/b", "/c"}, FS: fs})
+	fs := &usageFS{FS: vfs.NewMem()}
+	// The free-space check (off here) reads the free bytes of a task's
+	// dir; this test gives those of the state dirs, for placement.
+	m := openManager(t, Options{Dirs: []string{"/a", "/b", "/c"}, FS: fs, MinFreeBytes: NoMinFreeBytes})
 	free := map[string]uint64{"/a": 10, "/b": 30, "/c": 20}
-	m.freeBytes = func(d string) (uint64, error) { return free[d], nil }
+	fs.set(func(d string) (uint64, error) { return free[d], nil })
 
 	if s := openTask(t, m, 0); s.Dir() != "/b/joiner/task-0" {
 		t.Errorf("task 0 in %s, want /b (most free)", s.Dir())
@@ -403,7 +407,7 @@ func TestPlacementByFreeBytes(t *testing.T) {
 	}
 	// If free space is unknown, fall back to the fewest tasks. Before task
 	// 3: /a holds task 2, /b task 0, /c task 1.
-	m.freeBytes = func(d string) (uint64, error) { return 0, errors.New("statfs failed") }
+	fs.set(func(d string) (uint64, error) { return 0, errors.New("statfs failed") })
 	if s := openTask(t, m, 3); s.Dir() != "/a/joiner/task-3" {
 		t.Errorf("task 3 in %s, want /a (fallback to fewest tasks, tie to first)", s.Dir())
 	}
@@ -416,9 +420,16 @@ func TestPlacementByFreeBytes(t *testing.T) {
 }
 
 func TestPlacementByTasks(t *testing.T) {
-	fs := vfs.NewMem()
-	m := openManager(t, Options{Dirs: []string{"/a", "/b"}, FS: fs, Placement: PlacementTasks})
-	m.freeBytes = func(string) (uint64, error) { t.Fatal("free bytes read with tasks placement"); return 0, nil }
+	fs := &usageFS{FS: vfs.NewMem()}
+	// Placement reads the free bytes of a state dir itself; Pebble reads
+	// those of a store's dir, and the free-space check is off here.
+	fs.set(func(dir string) (uint64, error) {
+		if dir == "/a" || dir == "/b" {
+			t.Errorf("free bytes of %s read with tasks placement", dir)
+		}
+		return 1 << 30, nil
+	})
+	m := openManager(t, Options{Dirs: []string{"/a", "/b"}, FS: fs, Placement: PlacementTasks, MinFreeBytes: NoMinFreeBytes})
 	if err := fs.MkdirAll("/a/joiner/task-9", 0o755); err != nil {
 		t.Fatal(err)
 	}
