@@ -103,12 +103,12 @@ func (b *bench) drainOnce(ctx context.Context, name string, round int, market, n
 	var ps []*proc
 	var err error
 	switch name {
-	case "joiner-1w", "joiner-2w":
+	case "joiner-1w", "joiner-2w", "joiner-1w-eos":
 		workers := 1
 		if name == "joiner-2w" {
 			workers = 2
 		}
-		ps, r.Ready, err = b.startJoiners(ctx, workers, id, market, notifications, output)
+		ps, r.Ready, err = b.startJoiners(ctx, workers, id, market, notifications, output, contestantGuarantee(name))
 	case "passthrough", "passthrough-alertsize":
 		args := []string{c.passthrough, "--brokers", c.brokers, "--input", notifications, "--output", output}
 		if name == "passthrough-alertsize" {
@@ -123,16 +123,21 @@ func (b *bench) drainOnce(ctx context.Context, name string, round int, market, n
 			ps = []*proc{p}
 			r.Ready, err = p.waitReady(ctx, 2*time.Minute)
 		}
-	case "kstreams":
+	case "kstreams", "kstreams-eos":
+		// The sixth argument is Kafka Streams' processing.guarantee.
+		g := "at_least_once"
+		if name == "kstreams-eos" {
+			g = "exactly_once_v2"
+		}
 		var p *proc
-		p, err = start(id, filepath.Join(b.workDir, id+".log"), nil, c.java, "-jar", c.kstreamsJar, c.brokers, id, market, notifications, output)
+		p, err = start(id, filepath.Join(b.workDir, id+".log"), nil, c.java, "-jar", c.kstreamsJar, c.brokers, id, market, notifications, output, g)
 		if err == nil {
 			ps = []*proc{p}
 			r.Ready, err = p.waitReady(ctx, 3*time.Minute)
 		}
 		defer b.deleteInternalTopics(context.WithoutCancel(ctx), id)
 	default:
-		return r, fmt.Errorf("unknown contestant %q (joiner-1w, joiner-2w, passthrough, passthrough-alertsize, kstreams)", name)
+		return r, fmt.Errorf("unknown contestant %q (%s)", name, strings.Join(order, ", "))
 	}
 	if err != nil {
 		stopAll(ps)
@@ -166,6 +171,7 @@ func (b *bench) drainOnce(ctx context.Context, name string, round int, market, n
 
 // latencyRound is one steady-load run of one joiner worker.
 type latencyRound struct {
+	Guarantee            string // the worker's --processing-guarantee
 	Round                int
 	Notifications, Ticks int64
 	Seconds              float64
@@ -178,23 +184,27 @@ type latencyRound struct {
 // for every notification, its alert's append time minus the
 // notification's own append time (both topics use LogAppendTime, so the
 // latter is when Kafka acknowledged it).
+// With more than one --latency-guarantees, their rounds are interleaved.
+// The alerts are read read_committed, right for both guarantees.
 func (b *bench) latency(ctx context.Context) error {
 	c := b.cfg
 	for round := 1; round <= c.latencyRounds; round++ {
-		r, err := b.latencyOnce(ctx, round)
-		if err != nil {
-			return fmt.Errorf("round %d: %w", round, err)
+		for _, g := range c.latencyGuarantees {
+			r, err := b.latencyOnce(ctx, round, g)
+			if err != nil {
+				return fmt.Errorf("%s round %d: %w", g, round, err)
+			}
+			say("latency: %s round %d: %d notifications and %d ticks in %.1fs; p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d alerts",
+				g, round, r.Notifications, r.Ticks, r.Seconds, r.P50, r.P99, r.Max, r.Samples)
+			b.res.latency = append(b.res.latency, r)
 		}
-		say("latency: round %d: %d notifications and %d ticks in %.1fs; p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d alerts",
-			round, r.Notifications, r.Ticks, r.Seconds, r.P50, r.P99, r.Max, r.Samples)
-		b.res.latency = append(b.res.latency, r)
 	}
 	return nil
 }
 
-func (b *bench) latencyOnce(ctx context.Context, round int) (latencyRound, error) {
+func (b *bench) latencyOnce(ctx context.Context, round int, guarantee string) (latencyRound, error) {
 	c := b.cfg
-	id := fmt.Sprintf("%s-latency-%d", b.prefix, round)
+	id := fmt.Sprintf("%s-latency-%s-%d", b.prefix, guarantee, round)
 	market, notifications, alerts := id+"-market", id+"-notifications", id+"-alerts"
 	for _, t := range []string{market, notifications, alerts} {
 		if err := b.createTopic(ctx, t, c.partitions, true); err != nil {
@@ -213,11 +223,11 @@ func (b *bench) latencyOnce(ctx context.Context, round int) (latencyRound, error
 	if err := w.WriteMessages(ctx, first...); err != nil {
 		return latencyRound{}, fmt.Errorf("producing the first ticks: %w", err)
 	}
-	ps, _, err := b.startJoiners(ctx, 1, id, market, notifications, alerts)
+	ps, _, err := b.startJoiners(ctx, 1, id, market, notifications, alerts, guarantee)
 	if err != nil {
 		return latencyRound{}, err
 	}
-	r := latencyRound{Round: round}
+	r := latencyRound{Round: round, Guarantee: guarantee}
 	// Steady load: every 5ms, send what is due, ticks interleaved with
 	// notifications at the configured ratio.
 	began := time.Now()
@@ -326,7 +336,7 @@ func (b *bench) restore(ctx context.Context) error {
 	}
 	for round := 1; round <= c.restoreRounds; round++ {
 		id := fmt.Sprintf("%s-restore-%d", b.prefix, round)
-		ps, _, err := b.startJoiners(ctx, 1, id, market, notifications, id+"-alerts")
+		ps, _, err := b.startJoiners(ctx, 1, id, market, notifications, id+"-alerts", atLeastOnce)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,11 +46,22 @@ func (b *bench) deleteTopics(topics ...string) {
 
 // endOffsets returns the end offset of each partition of topic.
 func (b *bench) endOffsets(ctx context.Context, topic string, partitions int) ([]int64, error) {
+	return b.listOffsets(ctx, topic, partitions, kafka.ReadUncommitted)
+}
+
+// stableOffsets returns the last stable offset of each partition of topic:
+// every record below it is committed, aborted or not transactional, so a
+// read_committed read up to it ends.
+func (b *bench) stableOffsets(ctx context.Context, topic string, partitions int) ([]int64, error) {
+	return b.listOffsets(ctx, topic, partitions, kafka.ReadCommitted)
+}
+
+func (b *bench) listOffsets(ctx context.Context, topic string, partitions int, iso kafka.IsolationLevel) ([]int64, error) {
 	req := make([]kafka.OffsetRequest, partitions)
 	for p := range req {
 		req[p] = kafka.LastOffsetOf(p)
 	}
-	res, err := b.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}})
+	res, err := b.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}, IsolationLevel: iso})
 	if err != nil {
 		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
@@ -70,23 +82,40 @@ func (b *bench) endOffsets(ctx context.Context, topic string, partitions int) ([
 	return out, nil
 }
 
-// waitRecords waits until topic holds at least n records (its partitions
-// start at offset 0), polling the end offsets every 20ms.
+// waitRecords waits until topic holds at least n data records read
+// read_committed: committed or not transactional, transaction markers and
+// aborted records not counted. So it is right for both guarantees: an
+// exactly-once writer's end offsets also count one marker per partition
+// and transaction. It polls the end offsets every 20ms until they sum to
+// n (cheap, and never later than the data, since the end offsets count
+// every data record), then counts the records from where the last count
+// ended until the count reaches n. The count is the one read of the
+// output while a contestant runs: at-least-once output holds n data
+// records when its end offsets do, so the count runs after the drain;
+// exactly-once output reaches it only markers' worth of records earlier.
 func (b *bench) waitRecords(ctx context.Context, topic string, partitions int, n int64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var have int64
+	cnt := &committedCounter{next: make([]int64, partitions)}
 	for {
-		if offs, err := b.endOffsets(ctx, topic, partitions); err == nil {
-			have = 0
-			for _, o := range offs {
-				have += o
+		if have < n {
+			if offs, err := b.endOffsets(ctx, topic, partitions); err == nil {
+				have = 0
+				for _, o := range offs {
+					have += o
+				}
 			}
-			if have >= n {
+		}
+		if have >= n {
+			if err := b.countCommitted(ctx, topic, cnt); err != nil {
+				return err
+			}
+			if cnt.n >= n {
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s holds %d of %d records after %s", topic, have, n, timeout)
+			return fmt.Errorf("%s holds %d of %d data records read read_committed (end offsets sum to %d, markers included) after %s", topic, cnt.n, n, have, timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -96,53 +125,94 @@ func (b *bench) waitRecords(ctx context.Context, topic string, partitions int, n
 	}
 }
 
-// readAll calls each for every record of topic up to the end offsets
-// taken now. It reads with franz-go, not kafka-go: kafka-go ignores a
-// batch's LogAppendTime and reports the producer's timestamps, while the
-// figures need the broker's append times.
-func (b *bench) readAll(ctx context.Context, topic string, partitions int, each func(p int, ts time.Time, value []byte)) error {
-	ends, err := b.endOffsets(ctx, topic, partitions)
+// committedCounter is a count of a topic's data records read
+// read_committed, and where in each partition it stopped.
+type committedCounter struct {
+	next []int64 // per partition, the offset after the last one counted
+	n    int64
+}
+
+// countCommitted adds to c the data records of topic from c's offsets up
+// to the last stable offsets taken now.
+func (b *bench) countCommitted(ctx context.Context, topic string, c *committedCounter) error {
+	ends, err := b.stableOffsets(ctx, topic, len(c.next))
 	if err != nil {
 		return err
 	}
+	next, err := b.readRange(ctx, topic, c.next, ends, func(int, time.Time, []byte) { c.n++ })
+	if err != nil {
+		return err
+	}
+	c.next = next
+	return nil
+}
+
+// readAll calls each for every data record of topic up to the last stable
+// offsets taken now, read read_committed (see readRange).
+func (b *bench) readAll(ctx context.Context, topic string, partitions int, each func(p int, ts time.Time, value []byte)) error {
+	ends, err := b.stableOffsets(ctx, topic, partitions)
+	if err != nil {
+		return err
+	}
+	_, err = b.readRange(ctx, topic, make([]int64, partitions), ends, each)
+	return err
+}
+
+// readRange calls each for every data record of topic from offset from[p]
+// to ends[p] of each partition p, read read_committed: committed or not
+// transactional; transaction markers and aborted records are not passed.
+// It returns, per partition, the offset after the last one read. It reads
+// with franz-go, not kafka-go: kafka-go ignores a batch's LogAppendTime
+// and reports the producer's timestamps, while the figures need the
+// broker's append times. Control records are kept (and skipped here), so
+// that a partition whose last records are a transaction's marker is seen
+// to its end: a partition is read when a record at ends[p]-1 or later
+// came.
+func (b *bench) readRange(ctx context.Context, topic string, from, ends []int64, each func(p int, ts time.Time, value []byte)) ([]int64, error) {
+	next := slices.Clone(from)
 	offsets := map[int32]kgo.Offset{}
-	var want int64
 	for p, end := range ends {
-		if end > 0 {
-			offsets[int32(p)] = kgo.NewOffset().AtStart()
-			want += end
+		if end > next[p] {
+			offsets[int32(p)] = kgo.NewOffset().At(next[p])
 		}
 	}
-	if want == 0 {
-		return nil
+	if len(offsets) == 0 {
+		return next, nil
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(b.cfg.brokers, ",")...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}), kgo.FetchMaxBytes(64<<20))
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}), kgo.FetchMaxBytes(64<<20),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", topic, err)
+		return next, fmt.Errorf("reading %s: %w", topic, err)
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	var got int64
-	for got < want {
+	for open := len(offsets); open > 0; {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("reading %s: %d of %d records: %w", topic, got, want, err)
+			return next, fmt.Errorf("reading %s read_committed: %d partitions not read to their stable offsets %v (at %v): %w", topic, open, ends, next, err)
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("reading %s-%d: %w", t, p, err) })
 		if ferr != nil {
-			return ferr
+			return next, ferr
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset < ends[r.Partition] {
-				each(int(r.Partition), r.Timestamp, r.Value)
-				got++
+			p := int(r.Partition)
+			if r.Offset < next[p] || next[p] >= ends[p] {
+				return
+			}
+			if !r.Attrs.IsControl() && r.Offset < ends[p] {
+				each(p, r.Timestamp, r.Value)
+			}
+			next[p] = min(r.Offset+1, ends[p])
+			if next[p] >= ends[p] {
+				open--
 			}
 		})
 	}
-	return nil
+	return next, nil
 }
 
 // outputSpan is the first and last append time of the records of topic.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,9 @@ type config struct {
 	latencyRate     float64 // notifications/s
 	latencyTickRate float64 // ticks/s
 	latencyRounds   int
+	// latencyGuarantees are the workers' --processing-guarantee, each
+	// measured latencyRounds times, interleaved.
+	latencyGuarantees []string
 
 	restoreTicks  int
 	restoreRounds int
@@ -63,7 +67,7 @@ type bench struct {
 
 func main() {
 	var cfg config
-	var figures, contestants string
+	var figures, contestants, latencyGuarantees string
 	flag.StringVar(&cfg.brokers, "brokers", "", "Kafka bootstrap brokers (required)")
 	flag.StringVar(&cfg.brokerVersion, "broker-version", "unknown", "broker version, for the results file")
 	flag.StringVar(&cfg.name, "name", "run", "name of the results file: <out>/<date>-<name>.md")
@@ -74,7 +78,7 @@ func main() {
 	flag.StringVar(&cfg.kstreamsJar, "kstreams-jar", "", "Kafka Streams contestant jar (empty: skip it)")
 	flag.StringVar(&cfg.java, "java", "java", "java binary for the Kafka Streams contestant")
 	flag.StringVar(&figures, "figures", "drain,latency,restore,demo", "figures to measure, comma-separated: drain, latency, restore, demo")
-	flag.StringVar(&contestants, "contestants", "joiner-1w,joiner-2w,passthrough,kstreams", "drain contestants, in round order: joiner-1w, joiner-2w, passthrough, passthrough-alertsize (the pass-through with values padded to the mean alert size), kstreams")
+	flag.StringVar(&contestants, "contestants", "joiner-1w,joiner-2w,passthrough,kstreams", "drain contestants, in round order: joiner-1w, joiner-2w, joiner-1w-eos (one worker, --processing-guarantee exactly-once), passthrough, passthrough-alertsize (the pass-through with values padded to the mean alert size), kstreams, kstreams-eos (processing.guarantee=exactly_once_v2)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds of each drain contestant (at least 3 for a median)")
 	flag.IntVar(&cfg.partitions, "partitions", 6, "partitions of the drain and latency topics")
 	flag.IntVar(&cfg.symbols, "symbols", 1000, "drain backlog: symbols")
@@ -85,7 +89,8 @@ func main() {
 	flag.Float64Var(&cfg.latencyWarmup, "latency-warmup", 2, "latency: seconds at the start of a round left out of the percentiles")
 	flag.Float64Var(&cfg.latencyRate, "latency-rate", 20000, "latency: notifications per second")
 	flag.Float64Var(&cfg.latencyTickRate, "latency-tick-rate", 2000, "latency: ticks per second, interleaved")
-	flag.IntVar(&cfg.latencyRounds, "latency-rounds", 3, "latency: rounds")
+	flag.IntVar(&cfg.latencyRounds, "latency-rounds", 3, "latency: rounds (of each guarantee)")
+	flag.StringVar(&latencyGuarantees, "latency-guarantees", atLeastOnce, "latency: the worker's --processing-guarantee, comma-separated, rounds interleaved: at-least-once, exactly-once (100ms commit interval)")
 	flag.IntVar(&cfg.restoreTicks, "restore-ticks", 1_000_000, "restore: ticks in the one market partition")
 	flag.IntVar(&cfg.restoreRounds, "restore-rounds", 3, "restore: interleaved rounds of joiner and the raw consume")
 	flag.IntVar(&cfg.demoNotifications, "demo-notifications", 1_000_000, "demo: notifications (1000 symbols × this/1000)")
@@ -100,21 +105,24 @@ func main() {
 		cfg.command = strings.Join(os.Args, " ")
 	}
 	cfg.figures = map[string]bool{}
-	for _, f := range strings.Split(figures, ",") {
-		switch f = strings.TrimSpace(f); f {
-		case "drain", "latency", "restore", "demo":
+	fs, err := parseList("figure", figures, []string{"drain", "latency", "restore", "demo"})
+	if err == nil {
+		for _, f := range fs {
 			cfg.figures[f] = true
-		case "":
-		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown figure %q (drain, latency, restore, demo)\n", f)
-			os.Exit(2)
 		}
+		_, err = parseList("contestant", contestants, order)
+	}
+	if err == nil {
+		cfg.latencyGuarantees, err = parseList("latency guarantee", latencyGuarantees, []string{atLeastOnce, exactlyOnce})
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	b := &bench{cfg: cfg, client: &kafka.Client{Addr: kafka.TCP(strings.Split(cfg.brokers, ",")...), Timeout: 30 * time.Second}}
 	b.prefix = fmt.Sprintf("bench-%d", time.Now().Unix())
-	var err error
 	b.workDir, err = os.MkdirTemp("", "joiner-bench-")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
@@ -132,6 +140,23 @@ func main() {
 	os.RemoveAll(b.workDir)
 }
 
+// parseList splits a comma-separated flag value into its items, trimmed,
+// empty ones dropped; an item not in valid is an error naming them.
+func parseList(what, s string, valid []string) ([]string, error) {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		if !slices.Contains(valid, v) {
+			return nil, fmt.Errorf("unknown %s %q (%s)", what, v, strings.Join(valid, ", "))
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 func say(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
 }
@@ -142,8 +167,8 @@ func (b *bench) run(ctx context.Context, contestants []string) error {
 		var cs []string
 		for _, c := range contestants {
 			c = strings.TrimSpace(c)
-			if c == "kstreams" && b.cfg.kstreamsJar == "" {
-				say("no --kstreams-jar: Kafka Streams left out")
+			if strings.HasPrefix(c, "kstreams") && b.cfg.kstreamsJar == "" {
+				say("no --kstreams-jar: Kafka Streams (%s) left out", c)
 				continue
 			}
 			cs = append(cs, c)
@@ -194,13 +219,30 @@ func (b *bench) joinerArgs(group, instance string, port int, market, notificatio
 		"--http-addr", addr, "--advertise-addr", addr, "--log-format", "json", "--log-level", "info"}
 }
 
-// startJoiners starts n workers and waits until one is ready (/readyz
+// The values of joiner run's --processing-guarantee.
+const (
+	atLeastOnce = "at-least-once"
+	exactlyOnce = "exactly-once"
+)
+
+// contestantGuarantee is the --processing-guarantee of a joiner drain
+// contestant: exactly-once for the -eos ones.
+func contestantGuarantee(name string) string {
+	if strings.HasSuffix(name, "-eos") {
+		return exactlyOnce
+	}
+	return atLeastOnce
+}
+
+// startJoiners starts n workers with --processing-guarantee guarantee
+// (exactly-once: its default 100ms commit interval) and waits until one is ready (/readyz
 // answers 200: assigned and restored).
-func (b *bench) startJoiners(ctx context.Context, n int, group, market, notifications, alerts string) ([]*proc, time.Time, error) {
+func (b *bench) startJoiners(ctx context.Context, n int, group, market, notifications, alerts, guarantee string) ([]*proc, time.Time, error) {
 	var ps []*proc
 	for i := range n {
 		inst := workerID(i)
-		p, err := start(group+"-"+inst, filepath.Join(b.workDir, group+"-"+inst+".log"), nil, b.joinerArgs(group, inst, b.cfg.httpPort+i, market, notifications, alerts)...)
+		args := append(b.joinerArgs(group, inst, b.cfg.httpPort+i, market, notifications, alerts), "--processing-guarantee", guarantee)
+		p, err := start(group+"-"+inst, filepath.Join(b.workDir, group+"-"+inst+".log"), nil, args...)
 		if err != nil {
 			stopAll(ps)
 			return nil, time.Time{}, err

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -104,7 +105,8 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-var order = []string{"joiner-1w", "joiner-2w", "passthrough", "passthrough-alertsize", "kstreams"}
+// order is every drain contestant, in the order of the summary and chart.
+var order = []string{"joiner-1w", "joiner-2w", "joiner-1w-eos", "passthrough", "passthrough-alertsize", "kstreams", "kstreams-eos"}
 
 func (r *results) byContestant() (names []string, m map[string][]drainRound) {
 	m = map[string][]drainRound{}
@@ -155,6 +157,8 @@ func (r *results) ratioLines() []string {
 	add("passthrough-alertsize", "passthrough", "alert-sized pass-through / kafka-go pass-through")
 	add("joiner-1w", "kstreams", "joiner 1 worker / Kafka Streams (target ≥ 4)")
 	add("joiner-2w", "joiner-1w", "joiner 2 workers / 1 worker")
+	add("joiner-1w-eos", "joiner-1w", "exactly-once / at-least-once drain (1 worker, target ≥ 0.85×)")
+	add("joiner-1w-eos", "kstreams-eos", "joiner exactly-once / Kafka Streams exactly_once_v2 (1 worker, 1 thread; target ≥ 8×)")
 	return out
 }
 
@@ -188,19 +192,23 @@ func (r *results) summary() string {
 		for _, l := range r.ratioLines() {
 			fmt.Fprintf(&b, "  %s\n", l)
 		}
-		if ks := m["kstreams"]; len(ks) > 0 {
-			fmt.Fprintf(&b, "  kstreams: JVM start to first output %s, first to last output %s\n",
-				spreadOf(collect(ks, func(d drainRound) float64 { return d.First.Sub(d.Start).Seconds() })).format(secs),
-				spreadOf(collect(ks, func(d drainRound) float64 { return d.Last.Sub(d.First).Seconds() })).format(secs))
+		for _, k := range []string{"kstreams", "kstreams-eos"} {
+			if ks := m[k]; len(ks) > 0 {
+				fmt.Fprintf(&b, "  %s: JVM start to first output %s, first to last output %s\n", k,
+					spreadOf(collect(ks, func(d drainRound) float64 { return d.First.Sub(d.Start).Seconds() })).format(secs),
+					spreadOf(collect(ks, func(d drainRound) float64 { return d.Last.Sub(d.First).Seconds() })).format(secs))
+			}
 		}
 	}
-	if len(r.latency) > 0 {
-		fmt.Fprintf(&b, "end-to-end latency (1 worker, steady load), median (min–max) of %d rounds: p50 %s, p90 %s, p99 %s (target ≤ 50 ms), p99.9 %s, max %s\n", len(r.latency),
-			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.P50 })).format(ms),
-			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.P90 })).format(ms),
-			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.P99 })).format(ms),
-			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.P999 })).format(ms),
-			spreadOf(collect(r.latency, func(l latencyRound) float64 { return l.Max })).format(ms))
+	for _, g := range r.latencyGuarantees() {
+		ls := r.latencyOf(g)
+		fmt.Fprintf(&b, "end-to-end latency (1 worker, steady load, %s), median (min–max) of %d rounds: p50 %s, p90 %s, p99 %s (target ≤ %s), p99.9 %s, max %s\n", g, len(ls),
+			spreadOf(collect(ls, func(l latencyRound) float64 { return l.P50 })).format(ms),
+			spreadOf(collect(ls, func(l latencyRound) float64 { return l.P90 })).format(ms),
+			spreadOf(collect(ls, func(l latencyRound) float64 { return l.P99 })).format(ms),
+			latencyTarget(g),
+			spreadOf(collect(ls, func(l latencyRound) float64 { return l.P999 })).format(ms),
+			spreadOf(collect(ls, func(l latencyRound) float64 { return l.Max })).format(ms))
 	}
 	if len(r.restore) > 0 {
 		j, raw := r.restoreKinds()
@@ -215,6 +223,47 @@ func (r *results) summary() string {
 			d.Notifications, mib(float64(d.MaxRSSKiB)/1024), secs(d.Seconds), d.CPU.Round(time.Millisecond), d.MaxGap.Round(time.Millisecond))
 	}
 	return b.String()
+}
+
+// latencyGuarantees are the guarantees of the latency rounds, in the
+// order of their first round.
+func (r *results) latencyGuarantees() []string {
+	var gs []string
+	for _, l := range r.latency {
+		if !slices.Contains(gs, l.Guarantee) {
+			gs = append(gs, l.Guarantee)
+		}
+	}
+	return gs
+}
+
+// guaranteeShort labels a guarantee's bars: alo or eos (lower case, so
+// that ten labels fit their slots).
+func guaranteeShort(g string) string {
+	if g == exactlyOnce {
+		return "eos"
+	}
+	return "alo"
+}
+
+// latencyOf is the latency rounds under guarantee g.
+func (r *results) latencyOf(g string) []latencyRound {
+	var out []latencyRound
+	for _, l := range r.latency {
+		if l.Guarantee == g {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// latencyTarget is the p99 target under guarantee g: 50 ms
+// at-least-once, 150 ms exactly-once (its 100 ms commit interval).
+func latencyTarget(g string) string {
+	if g == exactlyOnce {
+		return "150 ms"
+	}
+	return "50 ms"
 }
 
 func (r *results) restoreKinds() (j, raw []restoreRound) {
@@ -279,7 +328,7 @@ func (r *results) write(c config) (string, error) {
 		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(throughputTitle, "notifications/s", chartNote(date, commit, len(m[names[0]]), roundsEach), bars), 0o644); err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "\n## Drain throughput\n\nBacklog: %s. Each round starts the contestant with a fresh group and output topic (LogAppendTime) and ends when the output holds one record per notification. Ready: joiner's first task has restored its state and starts on its notifications (its log line); the pass-through and Kafka Streams print it (Kafka Streams at RUNNING). Rate = notifications / (last output append time − ready). CPU = user + system time of the contestant's processes (rusage), start to stop, per notification.\n\n![throughput](%s)\n\n", r.backlog, chart)
+		fmt.Fprintf(&b, "\n## Drain throughput\n\nBacklog: %s. Each round starts the contestant with a fresh group and output topic (LogAppendTime) and ends when the output holds one record per notification, read read_committed (markers and aborted records not counted). Ready: joiner's first task has restored its state and starts on its notifications (its log line); the pass-through and Kafka Streams print it (Kafka Streams at RUNNING). Rate = notifications / (last output append time − ready). CPU = user + system time of the contestant's processes (rusage), start to stop, per notification.\n\n![throughput](%s)\n\n", r.backlog, chart)
 		b.WriteString("| contestant | round | notifications | ready after start | first output after ready | ready → last output | notifications/s | CPU | CPU/notification | peak RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, d := range r.drain {
 			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.0f | %s | %.2f µs | %d MiB |\n", d.Contestant, d.Round, d.N,
@@ -296,24 +345,32 @@ func (r *results) write(c config) (string, error) {
 	}
 	if len(r.latency) > 0 {
 		chart := base + "-latency.svg"
+		gs := r.latencyGuarantees()
 		var bars []bar
-		for _, q := range []struct {
-			name string
-			f    func(latencyRound) float64
-		}{{"p50", func(l latencyRound) float64 { return l.P50 }}, {"p90", func(l latencyRound) float64 { return l.P90 }},
-			{"p99", func(l latencyRound) float64 { return l.P99 }}, {"p99.9", func(l latencyRound) float64 { return l.P999 }},
-			{"max", func(l latencyRound) float64 { return l.Max }}} {
-			s := spreadOf(collect(r.latency, q.f))
-			bars = append(bars, bar{Label: q.name, Value: s.Median, Low: s.Min, Hi: s.Max, Sublabel: fmt.Sprintf("%.0f ms", s.Median)})
+		for _, g := range gs {
+			ls := r.latencyOf(g)
+			for _, q := range []struct {
+				name string
+				f    func(latencyRound) float64
+			}{{"p50", func(l latencyRound) float64 { return l.P50 }}, {"p90", func(l latencyRound) float64 { return l.P90 }},
+				{"p99", func(l latencyRound) float64 { return l.P99 }}, {"p99.9", func(l latencyRound) float64 { return l.P999 }},
+				{"max", func(l latencyRound) float64 { return l.Max }}} {
+				s := spreadOf(collect(ls, q.f))
+				label := q.name
+				if len(gs) > 1 || g != atLeastOnce {
+					label = guaranteeShort(g) + " " + q.name
+				}
+				bars = append(bars, bar{Label: label, Value: s.Median, Low: s.Min, Hi: s.Max, Sublabel: fmt.Sprintf("%.0f ms", s.Median)})
+			}
 		}
-		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(latencyTitle, "ms", chartNote(date, commit, len(r.latency), roundsOnly), bars), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(latencyTitle, "ms", chartNote(date, commit, len(r.latencyOf(gs[0])), roundsOnly), bars), 0o644); err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "\n## End-to-end latency\n\nOne worker, %d partitions, a steady %.0f notifications/s and %.0f ticks/s interleaved for %.0f s per round (the first %.0f s left out). Market, notifications and alerts use LogAppendTime: latency = the alert's append time − the notification's append time (Kafka's acknowledgement of it).\n\n![latency](%s)\n\n",
-			c.partitions, c.latencyRate, c.latencyTickRate, c.latencySeconds, c.latencyWarmup, chart)
-		b.WriteString("| round | notifications | ticks | seconds | alerts measured | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "\n## End-to-end latency\n\nOne worker, %d partitions, a steady %.0f notifications/s and %.0f ticks/s interleaved for %.0f s per round (the first %.0f s left out), under %s (exactly-once: its default 100 ms commit interval). Market, notifications and alerts use LogAppendTime: latency = the alert's append time − the notification's append time (Kafka's acknowledgement of it). Alerts are read read_committed.\n\n![latency](%s)\n\n",
+			c.partitions, c.latencyRate, c.latencyTickRate, c.latencySeconds, c.latencyWarmup, strings.Join(gs, " and "), chart)
+		b.WriteString("| guarantee | round | notifications | ticks | seconds | alerts measured | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range r.latency {
-			fmt.Fprintf(&b, "| %d | %d | %d | %.1f | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n", l.Round, l.Notifications, l.Ticks, l.Seconds, l.Samples, l.P50, l.P90, l.P99, l.P999, l.Max)
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n", l.Guarantee, l.Round, l.Notifications, l.Ticks, l.Seconds, l.Samples, l.P50, l.P90, l.P99, l.P999, l.Max)
 		}
 	}
 	if len(r.restore) > 0 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/joiner-dev/joiner/demo"
 	"github.com/joiner-dev/joiner/testsupport/oracle"
 	"github.com/segmentio/kafka-go"
 )
@@ -29,18 +30,7 @@ func TestBothTopicsGrowUnderLoad(t *testing.T) {
 	for p.Rounds() < cfg.Rounds/4 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	resp, err := b.Client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{
-		{Name: b.Topics.Market, Count: 8}, {Name: b.Topics.Notifications, Count: 8},
-	}})
-	if err == nil {
-		err = resp.Errors[b.Topics.Market]
-		if err == nil {
-			err = resp.Errors[b.Topics.Notifications]
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	growBoth(ctx, t, b, 8)
 	t.Logf("both topics grown to 8 partitions after round %d", p.Rounds())
 	if err := <-produced; err != nil {
 		t.Fatal(err)
@@ -52,5 +42,22 @@ func TestBothTopicsGrowUnderLoad(t *testing.T) {
 	}
 	if len(owned) != 8 {
 		t.Errorf("tasks owned after the change: %v, want 8", f.Owners())
+	}
+}
+
+// growBoth gives both input topics of b count partitions.
+func growBoth(ctx context.Context, t *testing.T, b *demo.Broker, count int32) {
+	t.Helper()
+	resp, err := b.Client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{
+		{Name: b.Topics.Market, Count: count}, {Name: b.Topics.Notifications, Count: count},
+	}})
+	if err == nil {
+		err = resp.Errors[b.Topics.Market]
+		if err == nil {
+			err = resp.Errors[b.Topics.Notifications]
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

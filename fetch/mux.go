@@ -169,6 +169,10 @@ func (m *Mux) Close() {
 
 var errMuxClosed = errors.New("fetch: the fetcher is closed")
 
+// Client returns the client m fetches with (package join dials the same
+// brokers with its TLS and SASL settings for a read of its own).
+func (m *Mux) Client() *kafka.Client { return m.c }
+
 // ListOffsets is the underlying client's, read_committed for a
 // NewCommittedMux (the end is the last stable offset).
 func (m *Mux) ListOffsets(ctx context.Context, req *kafka.ListOffsetsRequest) (*kafka.ListOffsetsResponse, error) {

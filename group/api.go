@@ -108,6 +108,14 @@ type Config struct {
 	// computes each copy's lag from the partition's end offset. Optional;
 	// called from Run's goroutine before each JoinGroup.
 	Held func() map[int]int64
+	// PartitionCounts, when set, returns the partition counts this
+	// member's tasks were planned with so far (the current one included),
+	// as its state dirs and the assignments it received tell. They are
+	// reported to the leader in each subscription; the leader sends every
+	// member the counts below its plan's that any member reported
+	// (Assignment.PastPartitions), so a member on new state dirs learns
+	// them. Optional; called from Run's goroutine before each JoinGroup.
+	PartitionCounts func() []int
 
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
@@ -127,6 +135,11 @@ type Assignment struct {
 
 	// Partitions is the partition count of every topic (they are equal).
 	Partitions int
+	// PastPartitions are the partition counts the group planned with
+	// before Partitions, ascending, as the members reported them
+	// (Config.PartitionCounts); empty when none did, or when the leader
+	// is older than this field.
+	PastPartitions []int
 	// Topics maps each configured topic to the partitions of it assigned to
 	// this member, ascending. With AssignorCopartition every topic has the
 	// same list: this member's tasks.

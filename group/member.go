@@ -497,6 +497,13 @@ func (m *Member) subscription() subscription {
 		s.Standby = m.current.Standby
 	}
 	m.mu.Unlock()
+	if m.cfg.PartitionCounts != nil {
+		planned := slices.DeleteFunc(normalizeTasks(m.cfg.PartitionCounts()), func(n int) bool { return n < 1 || n >= maxTasks })
+		if len(planned) > maxPlannedCounts {
+			planned = planned[len(planned)-maxPlannedCounts:] // the newest
+		}
+		s.Planned = planned
+	}
 	return s
 }
 
@@ -626,6 +633,7 @@ func (m *Member) decodeOwn(gen int32, memberID string, ga kafka.GroupProtocolAss
 	a.Leader = ad.Leader == m.cfg.InstanceID
 	a.Error = ad.Err
 	a.Standby, a.Warmup = ad.Standby, ad.Warmup
+	a.PastPartitions = ad.Past
 	return a
 }
 

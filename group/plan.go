@@ -289,8 +289,10 @@ func keepWithheldStandbys(plan *Plan, plannedFor map[int]string, members []joine
 }
 
 // encodeAssignments sets out.Assignments: each member's partitions and
-// the user data (owner table, owners, its standby and warm-up copies).
+// the user data (owner table, owners, its standby and warm-up copies, the
+// past partition counts).
 func encodeAssignments(out *planOutput, in planInput, members []joinedMember, table []Owner, owners []uint32, perTopic map[string]map[string][]int, partitions int) error {
+	past := pastCounts(members, partitions)
 	for _, m := range members {
 		ud, err := encodeAssignment(assignmentData{
 			Moved:      out.Moved,
@@ -300,6 +302,7 @@ func encodeAssignments(out *planOutput, in planInput, members []joinedMember, ta
 			Owners:     owners,
 			Standby:    out.Standby[m.InstanceID],
 			Warmup:     out.Warmup[m.InstanceID],
+			Past:       past,
 		})
 		if err != nil {
 			return err
@@ -313,6 +316,28 @@ func encodeAssignments(out *planOutput, in planInput, members []joinedMember, ta
 		out.Assignments[m.MemberID] = kafka.GroupProtocolAssignment{AssignedPartitions: assigned, UserData: ud}
 	}
 	return nil
+}
+
+// pastCounts returns the partition counts below partitions that any
+// member reported having been planned with (subscription version 4),
+// ascending: the group's partition count history, which every member
+// receives (Assignment.PastPartitions). Counts at or above partitions are
+// left out (a topic recreated with fewer partitions: their tasks do not
+// exist).
+func pastCounts(members []joinedMember, partitions int) []int {
+	var past []int
+	for _, m := range members {
+		for _, n := range m.Sub.Planned {
+			if n >= 1 && n < partitions {
+				past = append(past, n)
+			}
+		}
+	}
+	past = normalizeTasks(past)
+	if len(past) > maxPlannedCounts {
+		past = past[len(past)-maxPlannedCounts:]
+	}
+	return past
 }
 
 // haInputs collects the standbys the members reported and, when the end

@@ -75,6 +75,24 @@ import (
 // With version 2 the leader sends each member its own blob; the owner map
 // is the same in all of them.
 //
+// Subscription, version 4 (partition count history): version 3 (its
+// fields may be empty), then
+//
+//	planned   the partition counts the member's tasks were planned with so
+//	          far (Config.PartitionCounts: its state dirs and the
+//	          assignments it received), encoded as the owned tasks (at most
+//	          maxPlannedCounts, each at least 1)
+//
+// Assignment, version 3: version 2 (standby and warmup may be empty), then
+//
+//	past      the partition counts planned before this plan's, encoded
+//	          likewise: the union of the members' planned counts below the
+//	          plan's count (join looks a symbol moved by a partition change
+//	          up in its task under each of them)
+//
+// A leader that knows no version 4 subscription ignores planned and sends
+// no past counts: its members use the counts in their own state dirs.
+//
 // The owner map is a member table plus one small index per task, so it costs
 // about one byte per task however long the instance ids are.
 const (
@@ -84,7 +102,13 @@ const (
 	// recipient's standbys and warm-ups.
 	userDataVersionHA   = 3
 	assignmentVersionHA = 2
-	maxOffset           = 1 << 62 // a Kafka offset is an int64
+	// userDataVersionPlanned is the subscription version with the planned
+	// partition counts, assignmentVersionPast the assignment version with
+	// the past ones.
+	userDataVersionPlanned = 4
+	assignmentVersionPast  = 3
+	maxPlannedCounts       = 64      // more partition changes than any group makes
+	maxOffset              = 1 << 62 // a Kafka offset is an int64
 
 	maxIDLen     = 255     // Kafka limits group.instance.id to 249 characters
 	maxAddrLen   = 255     // host:port
@@ -108,6 +132,8 @@ type subscription struct {
 	Live    bool          // Owned is the current assignment, its tasks run
 	Held    map[int]int64 // task -> next state offset its store lacks
 	Standby []int         // ascending, distinct: current standby tasks
+	// Version 4: partition counts planned so far, ascending, distinct, >= 1.
+	Planned []int
 }
 
 // assignmentData is what the leader tells every member in SyncGroup, besides
@@ -123,6 +149,41 @@ type assignmentData struct {
 	// warm-up tasks, ascending.
 	Standby []int
 	Warmup  []int
+	// Version 3: the partition counts planned before Partitions,
+	// ascending.
+	Past []int
+}
+
+// checkPartitionCounts returns partition counts normalized, or an error naming
+// what when one is outside [1, maxTasks) or there are more than
+// maxPlannedCounts.
+func checkPartitionCounts(what string, counts []int) ([]int, error) {
+	out, err := checkTasks(what, counts)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(out) > 0 && out[0] < 1:
+		return nil, fmt.Errorf("group: %s partition count %d, want at least 1", what, out[0])
+	case len(out) > maxPlannedCounts:
+		return nil, fmt.Errorf("group: %d %s partition counts, the limit is %d", len(out), what, maxPlannedCounts)
+	}
+	return out, nil
+}
+
+// counts reads partition counts encoded as tasks, bounded as checkPartitionCounts
+// bounds them.
+func (r *reader) counts(what string) []int {
+	out := r.tasks(what)
+	switch {
+	case r.err != nil:
+	case len(out) > maxPlannedCounts:
+		r.fail("%s: %d partition counts exceed the limit %d", what, len(out), maxPlannedCounts)
+	case len(out) > 0 && out[0] < 1:
+		r.fail("%s: partition count 0", what)
+	default:
+		return out
+	}
+	return nil
 }
 
 func appendString(b []byte, s string) []byte {
@@ -165,6 +226,10 @@ func encodeSubscription(s subscription) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	planned, err := checkPartitionCounts("planned", s.Planned)
+	if err != nil {
+		return nil, err
+	}
 	held := make([]int, 0, len(s.Held))
 	for t, off := range s.Held {
 		if off < 0 || off > maxOffset {
@@ -178,6 +243,8 @@ func encodeSubscription(s subscription) ([]byte, error) {
 	b := make([]byte, 0, 8+len(s.InstanceID)+len(s.Addr)+3*len(owned)+3*len(refused)+10*len(held)+3*len(standby))
 	version := byte(userDataVersion)
 	switch {
+	case len(planned) > 0:
+		version = userDataVersionPlanned
 	case s.Live || len(held) > 0 || len(standby) > 0:
 		version = userDataVersionHA
 	case len(refused) > 0:
@@ -201,6 +268,9 @@ func encodeSubscription(s subscription) ([]byte, error) {
 			b = binary.AppendUvarint(b, uint64(s.Held[t]))
 		}
 		b = appendTasks(b, standby)
+	}
+	if version >= userDataVersionPlanned {
+		b = appendTasks(b, planned)
 	}
 	if len(b) > maxUserData {
 		return nil, fmt.Errorf("group: subscription user data is %d bytes, the limit is %d", len(b), maxUserData)
@@ -368,6 +438,11 @@ func decodeSubscription(b []byte) (subscription, error) {
 						s.Held = offs
 					}
 					s.Standby = standby
+					if b[0] >= userDataVersionPlanned {
+						if planned := sub.counts("planned partition counts"); sub.err == nil {
+							s.Planned = planned
+						}
+					}
 				}
 			}
 		}
@@ -406,8 +481,15 @@ func encodeAssignment(a assignmentData) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	past, err := checkPartitionCounts("past", a.Past)
+	if err != nil {
+		return nil, err
+	}
 	version := byte(userDataVersion)
-	if len(standby) > 0 || len(warmup) > 0 {
+	switch {
+	case len(past) > 0:
+		version = assignmentVersionPast
+	case len(standby) > 0 || len(warmup) > 0:
 		version = assignmentVersionHA
 	}
 	b = append(b, version)
@@ -432,6 +514,9 @@ func encodeAssignment(a assignmentData) ([]byte, error) {
 	if version >= assignmentVersionHA {
 		b = appendTasks(b, standby)
 		b = appendTasks(b, warmup)
+	}
+	if version >= assignmentVersionPast {
+		b = appendTasks(b, past)
 	}
 	if len(b) > maxUserData {
 		return nil, fmt.Errorf("group: assignment user data is %d bytes, the limit is %d", len(b), maxUserData)
@@ -475,6 +560,11 @@ func decodeAssignment(b []byte) (assignmentData, error) {
 		warmup := sub.tasks("warm-up tasks")
 		if sub.err == nil {
 			a.Standby, a.Warmup = standby, warmup
+			if b[0] >= assignmentVersionPast {
+				if past := sub.counts("past partition counts"); sub.err == nil {
+					a.Past = past
+				}
+			}
 		}
 	}
 	if err := r.end(exact); err != nil {

@@ -186,7 +186,8 @@ func TestAssignmentDecodeRejects(t *testing.T) {
 
 func FuzzDecodeSubscription(f *testing.F) {
 	for _, s := range []subscription{{}, {InstanceID: "pod-1", Addr: "h:1", Owned: []int{0, 2, 9}},
-		{InstanceID: "pod-2", Owned: []int{1}, Refused: []int{3}, Live: true, Held: map[int]int64{1: 40, 5: 0}, Standby: []int{5, 7}}} {
+		{InstanceID: "pod-2", Owned: []int{1}, Refused: []int{3}, Live: true, Held: map[int]int64{1: 40, 5: 0}, Standby: []int{5, 7}},
+		{InstanceID: "pod-3", Owned: []int{2}, Planned: []int{6, 8}}} {
 		b, _ := encodeSubscription(s)
 		f.Add(b)
 	}
@@ -213,7 +214,9 @@ func FuzzDecodeSubscription(f *testing.F) {
 func FuzzDecodeAssignment(f *testing.F) {
 	ha := testAssignmentData()
 	ha.Standby, ha.Warmup = []int{1, 3}, []int{3}
-	for _, a := range []assignmentData{{}, testAssignmentData(), {Err: "boom"}, ha} {
+	past := testAssignmentData()
+	past.Past = []int{4, 6}
+	for _, a := range []assignmentData{{}, testAssignmentData(), {Err: "boom"}, ha, past} {
 		b, _ := encodeAssignment(a)
 		f.Add(b)
 	}

@@ -38,7 +38,22 @@ func TestIntegrationWidth1024(t *testing.T) {
 	stopSampling := sampleConns(t, w.cmd.Process.Pid)
 	defer stopSampling()
 	c.waitStable([]*worker{w}, 0, 3*time.Minute)
-	c.poll("/readyz", 3*time.Minute, func() (bool, string) {
+	pollReadyz(c, w, 3*time.Minute)
+	ready := time.Since(began)
+	t.Logf("%d tasks ready in %s", tasks, ready.Round(time.Millisecond))
+
+	widthAlerts(t, c, "width-")
+
+	// Idle again: measure, after kafka-go's transport closed the
+	// connections that a burst opened (they idle out after 30 s).
+	time.Sleep(35 * time.Second)
+	checkWidthBounds(t, w, tasks)
+	c.stopAll([]*worker{w})
+}
+
+// pollReadyz waits up to timeout for w's /readyz to answer 200.
+func pollReadyz(c *cluster, w *worker, timeout time.Duration) {
+	c.poll(w.id+" /readyz", timeout, func() (bool, string) {
 		res, err := http.Get("http://" + w.addr + "/readyz")
 		if err != nil {
 			return false, err.Error()
@@ -46,22 +61,28 @@ func TestIntegrationWidth1024(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK, res.Status
 	})
-	ready := time.Since(began)
-	t.Logf("%d tasks ready in %s", tasks, ready.Round(time.Millisecond))
+}
 
+// widthAlerts produces 5,000 symbols' ticks and 10,000 notifications and
+// checks that each notification gets an alert with its symbol's price.
+func widthAlerts(t *testing.T, c *cluster, runID string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sum := c.produce(ctx, loadgen.Config{Symbols: 5000, TicksPerSymbol: 1, NotificationsPerSymbol: 2, RunID: "width-"})
+	sum := c.produce(ctx, loadgen.Config{Symbols: 5000, TicksPerSymbol: 1, NotificationsPerSymbol: 2, RunID: runID})
 	if sum.Notifications != 10000 {
 		t.Fatalf("loadgen produced %d notifications, want 10000", sum.Notifications)
 	}
 	c.waitAlerts(sum.NotificationIDs, 3*time.Minute)
 	c.checkAlertResults()
 	c.checkPrices(sum.NotificationIDs, sum.LastPrice)
+}
 
-	// Idle again: measure, after kafka-go's transport closed the
-	// connections that a burst opened (they idle out after 30 s).
-	time.Sleep(35 * time.Second)
+// checkWidthBounds checks the connections to the broker (at most 16),
+// the open files (at most 4 per task) and the goroutines (at most 10 per
+// task) of worker w, which owns tasks tasks, and logs them with its RSS.
+func checkWidthBounds(t *testing.T, w *worker, tasks int) {
+	t.Helper()
 	pid := w.cmd.Process.Pid
 	files, conns, err := procFiles(pid, brokerPorts())
 	if err != nil {
@@ -69,22 +90,53 @@ func TestIntegrationWidth1024(t *testing.T) {
 	}
 	rss := procRSS(t, pid)
 	if g, ok := metricValue(w.addr, "go_goroutines"); ok {
-		t.Logf("%d tasks: %.0f goroutines (%.1f per task)", tasks, g, g/float64(tasks))
-		// Measured 8.3 per task (1,024 tasks): the process and state
+		t.Logf("%s, %d tasks: %.0f goroutines (%.1f per task)", w.id, tasks, g, g/float64(tasks))
+		// Measured 8.0 per task (1,024 tasks): the process and state
 		// tasks, their readers' prefetchers and the outbox.
 		if g > 10*float64(tasks) {
-			t.Errorf("%.0f goroutines for %d tasks; want at most 10 per task", g, tasks)
+			t.Errorf("%s: %.0f goroutines for %d tasks; want at most 10 per task", w.id, g, tasks)
 		}
 	}
-	t.Logf("%d tasks: %d TCP connections to the broker, %d open files (%.2f per task), RSS %.1f MiB (%.0f KiB per task)",
-		tasks, conns, files, float64(files)/float64(tasks), float64(rss)/(1<<20), float64(rss)/1024/float64(tasks))
+	t.Logf("%s, %d tasks: %d TCP connections to the broker, %d open files (%.2f per task), RSS %.1f MiB (%.0f KiB per task)",
+		w.id, tasks, conns, files, float64(files)/float64(tasks), float64(rss)/(1<<20), float64(rss)/1024/float64(tasks))
 	if conns > 16 {
-		t.Errorf("%d TCP connections to the broker; want at most 16", conns)
+		t.Errorf("%s: %d TCP connections to the broker; want at most 16", w.id, conns)
 	}
 	if files > 4*tasks {
-		t.Errorf("%d open files for %d tasks; want at most 4 per task", files, tasks)
+		t.Errorf("%s: %d open files for %d tasks; want at most 4 per task", w.id, files, tasks)
 	}
-	c.stopAll([]*worker{w})
+}
+
+// TestIntegrationWidthTwoWorkers: two `joiner run` workers share 2,048
+// tasks on real Kafka. Both get ready, every notification is alerted
+// with its symbol's price, and each worker stays within
+// checkWidthBounds for the tasks it owns. Long: JOINER_WIDTH=1 runs it
+// with TestIntegrationWidth1024.
+func TestIntegrationWidthTwoWorkers(t *testing.T) {
+	if os.Getenv("JOINER_WIDTH") == "" {
+		t.Skip("set JOINER_WIDTH=1 (and JOINER_KAFKA_BROKERS) to run two workers with 2,048 tasks")
+	}
+	tasks := 2048
+	if n, err := strconv.Atoi(os.Getenv("JOINER_WIDTH")); err == nil && n > 1 {
+		tasks = 2 * n
+	}
+	c := newCluster(t, tasks)
+	ws := []*worker{c.start("w1"), c.start("w2")}
+	st := c.waitStable(ws, 0, 4*time.Minute)
+	for _, w := range ws {
+		pollReadyz(c, w, 4*time.Minute)
+	}
+	widthAlerts(t, c, "width2-")
+	time.Sleep(35 * time.Second)
+	owned := st.tasks()
+	for _, w := range ws {
+		owned := len(owned[w.id])
+		if owned == 0 {
+			t.Fatalf("%s owns no task", w.id)
+		}
+		checkWidthBounds(t, w, owned)
+	}
+	c.stopAll(ws)
 }
 
 // sampleConns logs the connections and files of process pid every 5 s

@@ -73,6 +73,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.RemoteTimeout, DefaultRemoteTimeout)
 	defDur(&c.HistoryRetention, DefaultHistoryRetention)
 	defDur(&c.StallTimeout, DefaultStallTimeout)
+	defDur(&c.PartitionCheckInterval, DefaultPartitionCheckInterval)
 	if c.BulkRestoreMin == 0 {
 		c.BulkRestoreMin = DefaultBulkRestoreMin
 	}

@@ -1,6 +1,7 @@
 package join
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,9 @@ type taskEnv struct {
 
 	// load sizes the bulk loads of restores (tests make it small).
 	load loadLimits
+	// restoreBudget bounds the ticks the bulk restores of every task of
+	// the worker hold at once (restore_budget.go).
+	restoreBudget *tickBudget
 }
 
 // loadLimits size a restore's bulk load: chunks of at most maxTicks
@@ -114,6 +118,10 @@ type peers interface {
 	owner(q int) (group.Owner, bool)
 	mapping() (parts int, past []int)
 	repartitioning(parts int) bool
+	// planReady is nil when a notification of task p at offset off with
+	// timestamp tsMs (the last of a batch) may be joined under a plan of
+	// parts partitions (planconfirm.go).
+	planReady(ctx context.Context, parts, p int, off, tsMs int64) error
 }
 
 // init sets e up as the environment of cfg's tasks (cfg has its
@@ -136,6 +144,7 @@ func (e *taskEnv) init(cfg Config, log *slog.Logger, metrics *Metrics) {
 	e.alerts = record.NewAlertEncoder(cfg.InstanceID)
 	e.writer, e.maxBytes = cfg.Writer, cfg.MaxMessageBytes
 	e.load = loadLimits{maxTicks: restoreLoadMaxTicks, streams: restoreStreams}
+	e.restoreBudget = newTickBudget(restoreBudgetTicks)
 }
 
 // noteTaskErr records err as task p's last error (on error paths only).

@@ -36,6 +36,8 @@ type Metrics struct {
 	Misrouted        prometheus.Counter     // joiner_notifications_misrouted_total
 	TaskStalled      *prometheus.GaugeVec   // joiner_task_stalled{task}
 	PartitionChanges prometheus.Counter     // joiner_partition_changes_total
+	// PartitionsAhead: joiner_market_partitions_ahead (planconfirm.go).
+	PartitionsAhead prometheus.Gauge
 	// FieldConflicts: joiner_alert_field_conflicts_total{member}.
 	FieldConflicts *prometheus.CounterVec
 	TicksLate      prometheus.Counter // joiner_ticks_late_total
@@ -183,6 +185,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PartitionChanges: f.NewCounter(prometheus.CounterOpts{
 			Name: "joiner_partition_changes_total",
 			Help: "Changes of the input topics' partition count seen in this worker's plans: from then on a moved symbol's price is looked up in its new task and in the task that held it under each earlier count.",
+		}),
+		PartitionsAhead: f.NewGauge(prometheus.GaugeOpts{
+			Name: "joiner_market_partitions_ahead",
+			Help: "Partitions the market topic has beyond the group's plan, as this worker last confirmed them before a join: above 0, joins wait (for the replan when the notifications topic grew too, else until it does). 0 otherwise.",
 		}),
 		TaskStalled: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "joiner_task_stalled",

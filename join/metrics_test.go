@@ -30,7 +30,7 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 		"joiner_restore_records_total", "joiner_restore_seconds", "joiner_task_lag_records", "joiner_dead_letters_total",
 		"joiner_rebalance_pause_seconds", "joiner_rebalance_tasks_revoked_total", "joiner_rebalance_tasks_assigned_total",
 		"joiner_standby_lag_records", "joiner_notifications_misrouted_total", "joiner_task_stalled",
-		"joiner_partition_changes_total", "joiner_dead_letters_truncated_total", "joiner_dead_letters_dropped_total",
+		"joiner_partition_changes_total", "joiner_market_partitions_ahead", "joiner_dead_letters_truncated_total", "joiner_dead_letters_dropped_total",
 		"joiner_output_blocked", "joiner_alert_field_conflicts_total", "joiner_ticks_late_total",
 		"joiner_transactions_total", "joiner_transaction_seconds", "joiner_producer_fenced_total",
 	} {

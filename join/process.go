@@ -242,8 +242,8 @@ func (t *processTask) handle(ctx context.Context, recs []fetchedRecord) error {
 func (t *processTask) joinInto(ctx context.Context, e *encoded, recs []fetchedRecord) ([]deadLetter, error) {
 	w := t.env
 	parts, past := w.peers.mapping()
-	if w.peers.repartitioning(parts) {
-		return nil, fmt.Errorf("%w: %w", errLookup, errRepartitioning)
+	if err := t.planReady(ctx, parts, recs); err != nil {
+		return nil, err
 	}
 	w.metrics.Records.WithLabelValues(w.topics.Notifications).Add(float64(len(recs)))
 	mark := e.mark()

@@ -57,29 +57,58 @@ func (w *Processor) loadPartitionCounts() {
 	}
 }
 
-// notePartitionsLocked records the partition count of assignment a: when
-// it differs from the last one planned, the last one becomes a past count
-// (consulted by lookups of moved symbols from now on), the change is
-// logged and counted, and the counts are recorded in the state dirs. w.mu
-// is held.
-func (w *Processor) notePartitionsLocked(partitions int, planErr string) {
+// notePartitionsLocked records the partition count of an assignment and
+// the counts the group planned with before it (group's
+// Assignment.PastPartitions, from every member's state dirs): the group's
+// past counts this worker did not know are added (a worker on new state
+// dirs learns them); and when the count differs from the last one
+// planned, the last one becomes a past count (consulted by lookups of
+// moved symbols from now on), the change is logged and counted. Any
+// change is recorded in the state dirs. w.mu is held.
+func (w *Processor) notePartitionsLocked(partitions int, groupPast []int, planErr string) {
 	if planErr != "" || partitions <= 0 {
 		return
 	}
 	last := w.lastParts
 	w.lastParts = partitions
-	if last == partitions {
-		return
-	}
-	if last > 0 && !slices.Contains(w.pastParts, last) {
+	changed := last > 0 && last != partitions && !slices.Contains(w.pastParts, last)
+	if changed {
 		w.pastParts = append(slices.Clone(w.pastParts), last)
 		w.metrics.PartitionChanges.Inc()
 		w.log.Warn("the input topics' partition count changed: symbols moved to other tasks; a moved symbol's price is looked up in its new task and in the task that held it before, the newer as-of version wins",
 			"from", last, "to", partitions, "past_counts", w.pastParts)
 	}
+	var learnt []int
+	for _, n := range groupPast {
+		if n > 0 && n < partitions && !slices.Contains(w.pastParts, n) && !slices.Contains(learnt, n) {
+			learnt = append(learnt, n)
+		}
+	}
+	if len(learnt) > 0 {
+		w.pastParts = slices.Sorted(slices.Values(append(slices.Clone(w.pastParts), learnt...)))
+		w.log.Info("partition counts the group planned with before, learnt from the group's assignment; lookups of symbols they moved consult those tasks too", "learnt", learnt, "past_counts", w.pastParts)
+	}
+	if last == partitions && len(learnt) == 0 {
+		return
+	}
 	if err := w.cfg.Stores.RecordPartitionCounts(append(slices.Clone(w.pastParts), partitions)); err != nil {
 		w.log.Error("cannot record the partition counts in the state dir; after a restart, lookups of symbols moved by this change would consult only their current task", "err", err)
 	}
+}
+
+// PlannedPartitions returns the partition counts this worker's plans had
+// so far, ascending: the past ones and the last. The group member reports
+// them to the leader (group.Config.PartitionCounts), which hands the
+// group's history to every member.
+func (w *Processor) PlannedPartitions() []int {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := slices.Clone(w.pastParts)
+	if w.lastParts > 0 && !slices.Contains(out, w.lastParts) {
+		out = append(out, w.lastParts)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // extraTasks returns the tasks other than q (symbol's task among parts)
@@ -169,13 +198,18 @@ func (w *Processor) checkGrowth(ctx context.Context) {
 			counts[t.Name] = len(t.Partitions)
 		}
 	}
-	grown := counts[w.cfg.Topics.Market] > parts && counts[w.cfg.Topics.Notifications] > parts
-	switch was := w.grownFrom.Load() == int64(parts); {
-	case grown && !was:
-		w.grownFrom.Store(int64(parts))
+	if counts[w.cfg.Topics.Market] > parts && counts[w.cfg.Topics.Notifications] > parts {
+		w.noteGrowth(parts, counts)
+	}
+}
+
+// noteGrowth records that both input topics were seen with more
+// partitions (counts) than the plan of parts: joins wait for the replan.
+// (Counts never shrink, and a new plan has another count: nothing resets
+// it.)
+func (w *Processor) noteGrowth(parts int, counts map[string]int) {
+	if w.grownFrom.Swap(int64(parts)) != int64(parts) {
 		w.log.Warn("partitions were added to both input topics; joins wait for the group's replan", "planned", parts, "counts", counts)
-	case !grown && was:
-		w.grownFrom.Store(0)
 	}
 }
 

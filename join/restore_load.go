@@ -38,6 +38,12 @@ const restoreStreams = 2
 // each read in restoreStreams ranges at once and committed as one load.
 // The reader is left after the last chunk committed.
 func (s *stateTask) restoreLoaded(ctx context.Context, r *partitionReader, end, dlqFrom int64, log *slog.Logger) (int64, bool) {
+	// The worker-wide budget first: the Loader holds up to a chunk.
+	held, err := s.env.restoreBudget.acquire(ctx, min(end-r.Next, int64(s.env.load.maxTicks)))
+	if err != nil {
+		return 0, false
+	}
+	defer s.env.restoreBudget.release(held)
 	load := &restoreLoad{l: s.store.NewLoader(int(min(end-r.Next, int64(s.env.load.maxTicks)))), last: -1, maxTs: -1}
 	// Tick buffers go back to the readers once added (the Loader keeps
 	// none of them).

@@ -36,6 +36,7 @@
 //	taskplan.go  the task manager: what an assignment changes (Assigned carries it out)
 //	restore.go   state tasks: their lifecycle and roles; restore and tail market-p into the store
 //	restore_load.go    the bulk load of a long restore
+//	restore_budget.go  the worker-wide budget of the ticks bulk restores hold
 //	restore_copy.go    dead-lettering the ticks a promoted standby copy skipped
 //	restore_wait.go    waiting for a task's state to be read past a notification
 //	restore_faults.go  stores that fail to open
@@ -43,6 +44,7 @@
 //	process.go   process tasks: decode, hold, join every notification of a batch
 //	lookup.go    the price as of a time: local (PriceAsOf) and remote (the owner's /v1/prices)
 //	repartition.go  partition count changes: a moved symbol's earlier tasks are asked too
+//	planconfirm.go  no join before an uncached read confirmed the plan's partition counts
 //	output.go    alerts and dead letters: the outbox and the writes
 //	commit.go    the commit loop, committed and start offsets
 //	txn.go       exactly-once: one transaction per commit, abort and rewind
@@ -137,6 +139,12 @@ type Config struct {
 	// like the catch-up of a task that stayed, applies its batches.
 	// Default: DefaultBulkRestoreMin; negative (BulkRestoreNever): never.
 	BulkRestoreMin int64
+	// PartitionCheckInterval is the least time between two reads of the
+	// input topics' partition counts that confirm the plan for the
+	// notifications about to be joined (planconfirm.go): a live
+	// notification waits for the next one. Default:
+	// DefaultPartitionCheckInterval.
+	PartitionCheckInterval time.Duration
 	// HTTPClient makes remote lookups. Default: a client with keep-alives.
 	HTTPClient *http.Client
 	// StartOffset is where a notifications partition with no committed
@@ -202,6 +210,12 @@ type Processor struct {
 	committed map[string]map[int]int64 // last successful commit; guarded by commitMu
 
 	statusState // taskstatus.go
+
+	// confirm confirms the plan's partition counts for the notifications
+	// joined (planconfirm.go), nil when the client cannot; rounds are its
+	// goroutines.
+	confirm *planConfirm
+	rounds  sync.WaitGroup
 }
 
 // NewProcessor validates cfg and builds a Processor.
@@ -228,6 +242,10 @@ func NewProcessor(cfg Config) (*Processor, error) {
 	w.taskGauges = w.updateTaskGauges
 	w.registerFaultMetrics(reg)
 	w.loadPartitionCounts()
+	var err error
+	if w.confirm, err = newPlanConfirm(cfg.Client, cfg.PartitionCheckInterval); err != nil {
+		w.log.Error("cannot read the input topics' partition counts uncached; joins are not held for a partition change the cached metadata does not show yet", "err", err)
+	}
 	w.remote = &remoteClient{http: cfg.HTTPClient, timeout: cfg.RemoteTimeout, hist: w.metrics.RemoteLookup}
 	return w, nil
 }
@@ -261,6 +279,9 @@ func (w *Processor) Run(ctx context.Context, m Membership) error {
 	w.stopAll()
 	stopCommitter()
 	wg.Wait()
+	cancelTasks() // a confirmation round may still wait (planconfirm.go)
+	w.rounds.Wait()
+	w.confirm.close()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("worker %s: %w", w.cfg.InstanceID, err)
 	}
@@ -491,7 +512,7 @@ func (w *Processor) startTasks(ctx context.Context, a group.Assignment, plan *ta
 		}
 	}
 	w.mu.Lock()
-	w.notePartitionsLocked(a.Partitions, a.Error)
+	w.notePartitionsLocked(a.Partitions, a.PastPartitions, a.Error)
 	w.assigned = true
 	w.assignment = a
 	w.handover = nil

@@ -300,6 +300,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	mc := cfg.MemberConfig
 	mc.Client, mc.QueryAddr = n.client, n.addr
 	mc.Handler, mc.Owned, mc.Held = n.worker, n.worker.Owned, n.worker.Held
+	mc.PartitionCounts = n.worker.PlannedPartitions
 	if n.member, err = group.New(mc); err != nil {
 		return nil, err
 	}

@@ -157,6 +157,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.nonEmpty("price-field", cfg.Fields.Price)
 	c.positiveDuration("commit-interval", cfg.CommitInterval)
 	c.positiveDuration("stall-timeout", cfg.StallTimeout)
+	c.positiveDuration("partition-check-interval", cfg.PartitionCheckInterval)
 	c.positiveDuration("startup-timeout", cfg.StartupTimeout)
 	c.positiveDuration("corrupt-retention", cfg.CorruptRetention)
 	c.nonNegative("state-min-free-bytes", cfg.MinFreeBytes)

@@ -59,6 +59,7 @@ var exported = map[string]string{
 	"joiner_notifications_misrouted_total": "counter",
 	"joiner_task_stalled":                  "gauge",
 	"joiner_partition_changes_total":       "counter",
+	"joiner_market_partitions_ahead":       "gauge",
 
 	// node: which binary runs, and the retries to reach Kafka at start
 	// (both exported from the first second, while the worker waits).

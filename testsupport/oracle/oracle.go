@@ -198,6 +198,29 @@ func (w *Workload) MaxTickDelay() time.Duration {
 	return time.Duration(d) * time.Millisecond
 }
 
+// NewWorkload returns an empty workload, for a test that writes the
+// records itself and records each with AddTick and AddNotification.
+func NewWorkload(fields record.Fields) *Workload {
+	return &Workload{fields: fields, ticks: map[string][]tick{}, notifications: map[string]notification{}}
+}
+
+// AddTick records a tick of symbol that Kafka acknowledged, after the
+// ticks of symbol acknowledged before it (their order in its partition).
+func (w *Workload) AddTick(symbol string, tsMs int64, price float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ticks[symbol] = append(w.ticks[symbol], tick{ts: tsMs, seq: len(w.ticks[symbol]), price: price, acked: time.Now().UnixMilli()})
+}
+
+// AddNotification records notification id of symbol, written at tsMs
+// with value.
+func (w *Workload) AddNotification(id, symbol string, tsMs int64, value []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notifications[id] = notification{symbol: symbol, ts: tsMs, value: value}
+	w.ids = append(w.ids, id)
+}
+
 // Producer writes a workload. Build it with NewProducer; Run is single use.
 type Producer struct {
 	cfg    Config

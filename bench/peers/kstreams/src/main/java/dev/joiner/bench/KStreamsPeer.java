@@ -19,12 +19,14 @@ import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 /**
  * The Kafka Streams contestant of scripts/bench: KStream(notifications) left
  * join KTable(market), emitting the alert JSON joiner writes (result "local"
- * or "miss", worker "kstreams"). Default settings (at-least-once), one stream
- * thread. Each record's timestamp is attached to its value first, since a
+ * or "miss", worker "kstreams"). Default settings (at-least-once, or the
+ * processing.guarantee given), one stream thread. Each record's timestamp is attached to its value first, since a
  * ValueJoiner does not see timestamps (notification_ts_ms, price_ts_ms).
  *
  * <p>Arguments: brokers application-id market-topic notifications-topic
- * alerts-topic. Prints "ready UNIX_MS" on stdout when the instance is
+ * alerts-topic [processing-guarantee: at_least_once (the default) or
+ * exactly_once_v2, whose commit interval is then Kafka Streams' 100 ms
+ * default under exactly-once]. Prints "ready UNIX_MS" on stdout when the instance is
  * RUNNING; stops cleanly on SIGTERM.
  */
 public final class KStreamsPeer {
@@ -88,8 +90,16 @@ public final class KStreamsPeer {
   }
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 5) {
-      System.err.println("usage: KStreamsPeer brokers application-id market notifications alerts");
+    if (args.length != 5 && args.length != 6) {
+      System.err.println(
+          "usage: KStreamsPeer brokers application-id market notifications alerts"
+              + " [at_least_once|exactly_once_v2]");
+      System.exit(2);
+    }
+    String guarantee = args.length == 6 ? args[5] : StreamsConfig.AT_LEAST_ONCE;
+    if (!guarantee.equals(StreamsConfig.AT_LEAST_ONCE)
+        && !guarantee.equals(StreamsConfig.EXACTLY_ONCE_V2)) {
+      System.err.println("processing guarantee " + guarantee + ": want at_least_once or exactly_once_v2");
       System.exit(2);
     }
     Properties p = new Properties();
@@ -98,6 +108,7 @@ public final class KStreamsPeer {
     p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
     p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
     p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+    p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
     p.put(StreamsConfig.STATE_DIR_CONFIG, System.getProperty("java.io.tmpdir") + "/kstreams-peer-" + args[1]);
     p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
 
