@@ -134,8 +134,12 @@ func readToEnd(t *testing.T, c Client, topic string, p int, end int64) []string 
 // reads past the transaction markers to the partition's end, a trailing
 // COMMIT marker too, and reads every data record, those of the aborted
 // transaction included (at-least-once reads read_uncommitted).
-func TestReaderReachesEndPastMarkers(t *testing.T) {
-	e := kfakeEnv(t)
+func TestReaderReachesEndPastMarkers(t *testing.T) { testReaderReachesEndPastMarkers(t, kfakeEnv(t)) }
+func TestReaderReachesEndPastMarkersRealBroker(t *testing.T) {
+	testReaderReachesEndPastMarkers(t, realEnv(t))
+}
+
+func testReaderReachesEndPastMarkers(t *testing.T, e *txnEnv) {
 	const parts = 3
 	topic, end, _, all := txnLog(t, e, parts)
 	m := NewMux(e.client)
@@ -155,8 +159,10 @@ func TestReaderReachesEndPastMarkers(t *testing.T) {
 // A read_committed Mux delivers none of an aborted transaction's records
 // and no control record, and its readers' offsets still reach the end
 // (the last stable offset), past the aborted batch and the markers.
-func TestMuxReadCommitted(t *testing.T) {
-	e := kfakeEnv(t)
+func TestMuxReadCommitted(t *testing.T)           { testMuxReadCommitted(t, kfakeEnv(t)) }
+func TestMuxReadCommittedRealBroker(t *testing.T) { testMuxReadCommitted(t, realEnv(t)) }
+
+func testMuxReadCommitted(t *testing.T, e *txnEnv) {
 	const parts = 3
 	topic, end, committed, _ := txnLog(t, e, parts)
 	m := NewCommittedMux(e.client)
