@@ -137,16 +137,24 @@ func Isolated(ctx context.Context, c *kafka.Client, req *kafka.FetchRequest) (*R
 	case res.ErrorCode != 0:
 		out.Error = kafka.Error(res.ErrorCode)
 	}
-	if len(p.AbortedTransactions) > 0 {
-		out.Aborted = make([]Aborted, len(p.AbortedTransactions))
-		for i, a := range p.AbortedTransactions {
-			out.Aborted[i] = Aborted{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset}
-		}
-	}
+	out.Aborted = abortedOf(p)
 	if out.Records == nil {
 		out.Records = kafka.NewRecordReader()
 	}
 	return out, nil
+}
+
+// abortedOf returns the aborted transactions of a fetched partition, nil
+// without.
+func abortedOf(p *fetchapi.ResponsePartition) []Aborted {
+	if len(p.AbortedTransactions) == 0 {
+		return nil
+	}
+	out := make([]Aborted, len(p.AbortedTransactions))
+	for i, a := range p.AbortedTransactions {
+		out[i] = Aborted{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset}
+	}
+	return out
 }
 
 // responseMaxBytes is the response-level limit of an Isolated fetch.

@@ -61,6 +61,17 @@ func (c *CommittedRecords) ReadRecord() (*kafka.Record, error) { return c.r.Read
 // it, or it would fetch a trailing commit marker again and again.
 func (c *CommittedRecords) Next() int64 { return c.r.next }
 
+// visibleRecords returns rs as CommittedRecords: rs itself when it is
+// one (a read_committed fetch), else rs read as read_uncommitted, only
+// its control batches dropped (kafka-go's stream hides them too, but then
+// nothing tells the reader their offsets).
+func visibleRecords(rs kafka.RecordReader) *CommittedRecords {
+	if c, ok := rs.(*CommittedRecords); ok {
+		return c
+	}
+	return &CommittedRecords{r: newCommittedReader(rs, nil)}
+}
+
 // NextAfter returns the offset to fetch after reading rs from next:
 // CommittedRecords.Next when rs is one and it is further.
 func NextAfter(rs kafka.RecordReader, next int64) int64 {

@@ -42,6 +42,15 @@ import (
 //     it, or its first batch is larger than its own limit, which a broker
 //     returns only to the first partition of a response) is first in the
 //     next request, with 4 times its limit.
+//   - read_committed (NewCommittedMux, under exactly-once): the requests
+//     are read_committed, each reader's records go through Committed's
+//     filter with its partition's aborted transactions (aborted batches
+//     and control records dropped, the reader's offset past them), its
+//     high watermark is the last stable offset, and ListOffsets reads
+//     read_committed too. A request's partition limits then add up to
+//     at most ResponseMaxBytes, its response limit, so that the response
+//     limit never cuts a partition short (kfake leaves out the aborted
+//     transactions of the partition a response's limit cut).
 //   - A partition error comes back to its reader as FetchResponse.Error,
 //     as from Client.Fetch (OFFSET_OUT_OF_RANGE is the Reader's offset
 //     reset); NOT_LEADER_OR_FOLLOWER and the other leadership errors, and
@@ -70,6 +79,8 @@ type MetadataClient interface {
 type Mux struct {
 	c  *kafka.Client
 	rt kafka.RoundTripper
+	// committed: read_committed (NewCommittedMux).
+	committed bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -120,22 +131,29 @@ type completion struct {
 
 // brokerState is the loop's view of one broker.
 type brokerState struct {
-	id       int32
-	waiting  []*waiter // to send, in order
-	parked   []*waiter // found empty by a request that did not wait: for the next long poll
-	inflight int
-	long     bool // a long poll is in flight
+	id        int32
+	committed bool      // read_committed: a request's partition limits add up to at most ResponseMaxBytes
+	waiting   []*waiter // to send, in order
+	parked    []*waiter // found empty by a request that did not wait: for the next long poll
+	inflight  int
+	long      bool // a long poll is in flight
 }
 
-// NewMux returns a Mux fetching through c's transport, started; Close
-// stops it.
-func NewMux(c *kafka.Client) *Mux {
+// NewMux returns a Mux fetching read_uncommitted through c's transport,
+// started; Close stops it.
+func NewMux(c *kafka.Client) *Mux { return newMux(c, false) }
+
+// NewCommittedMux returns a Mux fetching read_committed (see above),
+// started; Close stops it.
+func NewCommittedMux(c *kafka.Client) *Mux { return newMux(c, true) }
+
+func newMux(c *kafka.Client, committed bool) *Mux {
 	rt := c.Transport
 	if rt == nil {
 		rt = kafka.DefaultTransport
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Mux{c: c, rt: rt, ctx: ctx, cancel: cancel, in: make(chan *waiter), done: make(chan completion),
+	m := &Mux{c: c, rt: rt, committed: committed, ctx: ctx, cancel: cancel, in: make(chan *waiter), done: make(chan completion),
 		leaders: map[topicPartition]int32{}, topics: map[string]bool{}}
 	m.wg.Add(1)
 	go m.loop()
@@ -155,8 +173,14 @@ var errMuxClosed = errors.New("fetch: the fetcher is closed")
 // brokers with its TLS and SASL settings for a read of its own).
 func (m *Mux) Client() *kafka.Client { return m.c }
 
-// ListOffsets is the underlying client's.
+// ListOffsets is the underlying client's, read_committed for a
+// NewCommittedMux (the end is the last stable offset).
 func (m *Mux) ListOffsets(ctx context.Context, req *kafka.ListOffsetsRequest) (*kafka.ListOffsetsResponse, error) {
+	if m.committed {
+		r := *req
+		r.IsolationLevel = kafka.ReadCommitted
+		req = &r
+	}
 	return m.c.ListOffsets(ctx, req)
 }
 
@@ -258,7 +282,7 @@ func (m *Mux) loop() {
 	state := func(id int32) *brokerState {
 		b := brokers[id]
 		if b == nil {
-			b = &brokerState{id: id}
+			b = &brokerState{id: id, committed: m.committed}
 			brokers[id] = b
 		}
 		return b
@@ -304,14 +328,16 @@ func (b *brokerState) next() (batch []*waiter, long bool) {
 		}
 		var rest []*waiter
 		in := make(map[topicPartition]bool, len(cand))
+		bytes := 0 // the batch's partition limits, read_committed
 		for _, w := range cand {
 			switch {
 			case w.ctx.Err() != nil:
 				w.res <- result{err: w.ctx.Err()}
-			case in[w.tp]:
+			case in[w.tp], b.committed && len(batch) > 0 && bytes+w.maxBytes > ResponseMaxBytes:
 				rest = append(rest, w)
 			default:
 				in[w.tp] = true
+				bytes += w.maxBytes
 				batch = append(batch, w)
 			}
 		}
@@ -348,6 +374,9 @@ func (m *Mux) send(broker int32, batch []*waiter, long bool) {
 		MaxBytes:     ResponseMaxBytes,
 		SessionID:    -1,
 		SessionEpoch: -1,
+	}
+	if m.committed {
+		req.IsolationLevel = int8(kafka.ReadCommitted)
 	}
 	topic := map[string]int{}
 	for _, w := range batch {
@@ -415,10 +444,14 @@ func (b *brokerState) answer(c completion) (stale bool) {
 		case p == nil:
 			err = fmt.Errorf("the partition is missing from the response")
 		default:
+			end := p.HighWatermark
+			if b.committed && p.LastStableOffset >= 0 {
+				end = p.LastStableOffset // what a read_committed reader can reach
+			}
 			res = &kafka.FetchResponse{
 				Topic:            w.tp.topic,
 				Partition:        w.tp.partition,
-				HighWatermark:    p.HighWatermark,
+				HighWatermark:    end,
 				LastStableOffset: p.LastStableOffset,
 				LogStartOffset:   p.LogStartOffset,
 				Records:          p.RecordSet.Records,
@@ -435,7 +468,7 @@ func (b *brokerState) answer(c completion) (stale bool) {
 		}
 		if res.Error == nil && res.Records == nil {
 			switch {
-			case p.HighWatermark > w.req.Offset && w.starved < maxStarved:
+			case res.HighWatermark > w.req.Offset && w.starved < maxStarved:
 				w.starved++
 				w.maxBytes = min(4*max(w.maxBytes, 1), ResponseMaxBytes)
 				// Records are there, but the response's limit was reached
@@ -447,6 +480,15 @@ func (b *brokerState) answer(c completion) (stale bool) {
 				continue
 			}
 			res.Records = kafka.NewRecordReader()
+		}
+		if res.Records != nil {
+			var aborted []Aborted
+			if b.committed {
+				aborted = abortedOf(p)
+			}
+			// Aborted batches (read_committed) and control records
+			// dropped, the reader's offset past them.
+			res.Records = &CommittedRecords{r: newCommittedReader(res.Records, aborted)}
 		}
 		w.res <- result{res: res}
 	}

@@ -273,3 +273,49 @@ func TestMuxDispatch(t *testing.T) {
 		t.Fatalf("%d waiting; want 4 (one was sent in the third request)", len(st.waiting))
 	}
 }
+
+// TestMuxDispatchCommitted: a read_committed request's partition limits
+// add up to at most ResponseMaxBytes (its response limit then never cuts
+// a partition short, which would lose its aborted transactions on
+// kfake); the readers left out go, in order, in the next request, and a
+// partition whose limit alone is that large still goes alone.
+func TestMuxDispatchCommitted(t *testing.T) {
+	var ws []*waiter
+	for p := range 40 {
+		w := testWaiter(p, 0)
+		w.maxBytes = 1 << 20
+		ws = append(ws, w)
+	}
+	big := testWaiter(99, 0)
+	big.maxBytes = ResponseMaxBytes
+	st := &brokerState{committed: true, waiting: append(append([]*waiter{}, ws...), big)}
+	var sent []*waiter
+	for batch, _ := st.next(); batch != nil; batch, _ = st.next() {
+		bytes := 0
+		for _, w := range batch {
+			bytes += w.maxBytes
+		}
+		if bytes > ResponseMaxBytes && len(batch) > 1 {
+			t.Errorf("a request of %d partitions, %d bytes of partition limits; want at most %d", len(batch), bytes, ResponseMaxBytes)
+		}
+		sent = append(sent, batch...)
+	}
+	// 16, 16 and 8 of the 1 MiB readers; the large one waits.
+	if len(sent) != len(ws) || len(st.waiting) != 1 || st.waiting[0] != big {
+		t.Fatalf("%d readers in the first %d requests, %d waiting; want %d, then t-99", len(sent), MuxInflight, len(st.waiting), len(ws))
+	}
+	for i, w := range sent {
+		if w != ws[i] {
+			t.Fatalf("reader %d sent is t-%d; want t-%d (in order)", i, w.tp.partition, ws[i].tp.partition)
+		}
+	}
+	st.inflight--
+	if batch, _ := st.next(); len(batch) != 1 || batch[0] != big {
+		t.Errorf("the next request is %v; want t-99 alone", batch)
+	}
+	// read_uncommitted: one request takes them all.
+	st = &brokerState{waiting: append(append([]*waiter{}, ws...), big)}
+	if batch, _ := st.next(); len(batch) != len(ws)+1 {
+		t.Errorf("read_uncommitted: %d readers in the first request; want %d", len(batch), len(ws)+1)
+	}
+}

@@ -99,12 +99,16 @@ func (r *Reader) Fetch(ctx context.Context) ([]Record, error) {
 		return nil, fmt.Errorf("fetch %s-%d at offset %d: %w", r.Topic, r.Partition, r.Next, res.Error)
 	}
 	r.HWM = res.HighWatermark
-	out, err := Records(res.Records, r.Next, make([]Record, 0, r.lastN))
+	// Through a CommittedRecords, read_uncommitted too: r.Next goes past
+	// the control batches (a transaction's COMMIT or ABORT marker), or a
+	// partition whose log ends with a marker is never read to its end.
+	rs := visibleRecords(res.Records)
+	out, err := Records(rs, r.Next, make([]Record, 0, r.lastN))
 	if len(out) > 0 {
 		r.Next = out[len(out)-1].Offset + 1
 		r.lastN = len(out)
 	}
-	r.Next = NextAfter(res.Records, r.Next) // read_committed: past dropped records (isolation.go)
+	r.Next = NextAfter(rs, r.Next) // past dropped records and markers (isolation.go)
 	if err != nil {
 		return out, fmt.Errorf("fetch %s-%d: %w", r.Topic, r.Partition, err)
 	}

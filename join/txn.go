@@ -168,7 +168,7 @@ type txnCommitter struct {
 // comment above, txn.go). Call it before Run. Alerts and dead letters are
 // then written by cfg.Producer (Config.Writer is not used), and the
 // inputs must be read read_committed (Config.Client a
-// fetch.CommittedClient).
+// fetch.NewCommittedMux or a fetch.CommittedClient).
 func (w *Processor) EnableExactlyOnce(cfg ExactlyOnce) error {
 	if cfg.Producer == nil || cfg.NewProducer == nil || cfg.Group == "" {
 		return errors.New("join: ExactlyOnce needs Producer, NewProducer and Group")

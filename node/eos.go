@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/joiner-dev/joiner/fetch"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/segmentio/kafka-go"
 )
 
-// eosWiring is what Config.ExactlyOnce changes in the worker: the input
-// client (read_committed under exactly-once), the commit interval's
-// default, and the transactional producer.
+// eosWiring is what Config.ExactlyOnce changes in the worker: the
+// commit interval's default and the transactional producer. (The input
+// client, n.fetcher, is a read_committed Mux under exactly-once: see
+// New.)
 type eosWiring struct {
 	client         join.Fetcher
 	commitInterval time.Duration
@@ -22,9 +22,10 @@ type eosWiring struct {
 
 // exactlyOnce makes the transactional producer under Config.ExactlyOnce
 // (its InitProducerID fences the worker's previous incarnation). The
-// tasks then fetch read_committed through fetch.CommittedClient, one
-// request per partition (the Mux, n.fetcher, does not read the aborted
-// transactions); under at-least-once they fetch through the Mux.
+// tasks fetch through the Mux, n.fetcher, in both modes: under
+// exactly-once it is fetch.NewCommittedMux's, read_committed (aborted
+// transactions and control records dropped), one multi-partition request
+// per broker as under at-least-once.
 func (n *Node) exactlyOnce(ctx context.Context, maxBytes map[string]int) (eosWiring, error) {
 	cfg := n.cfg
 	w := eosWiring{client: n.fetcher, commitInterval: cfg.CommitInterval}
@@ -34,7 +35,6 @@ func (n *Node) exactlyOnce(ctx context.Context, maxBytes map[string]int) (eosWir
 	if w.commitInterval <= 0 {
 		w.commitInterval = join.DefaultExactlyOnceCommitInterval
 	}
-	w.client = fetch.CommittedClient{Client: n.client}
 	id := join.TransactionalID(cfg.Group, cfg.InstanceID)
 	timeout := cfg.TransactionTimeout
 	if timeout <= 0 {

@@ -277,7 +277,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	checkMarketRetention(ctx, n.client, cfg.Topics.Market, n.historyRetention(), newRetentionGauge(n.reg), n.log)
-	n.fetcher = fetch.NewMux(n.client)
+	if cfg.ExactlyOnce {
+		n.fetcher = fetch.NewCommittedMux(n.client) // both inputs read_committed (eos.go)
+	} else {
+		n.fetcher = fetch.NewMux(n.client)
+	}
 	eos, err := n.exactlyOnce(ctx, maxBytes) // eos.go
 	if err != nil {
 		return nil, err
