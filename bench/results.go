@@ -344,58 +344,13 @@ func (r *results) write(c config) (string, error) {
 		}
 	}
 	if len(r.latency) > 0 {
-		chart := base + "-latency.svg"
-		gs := r.latencyGuarantees()
-		var bars []bar
-		for _, g := range gs {
-			ls := r.latencyOf(g)
-			for _, q := range []struct {
-				name string
-				f    func(latencyRound) float64
-			}{{"p50", func(l latencyRound) float64 { return l.P50 }}, {"p90", func(l latencyRound) float64 { return l.P90 }},
-				{"p99", func(l latencyRound) float64 { return l.P99 }}, {"p99.9", func(l latencyRound) float64 { return l.P999 }},
-				{"max", func(l latencyRound) float64 { return l.Max }}} {
-				s := spreadOf(collect(ls, q.f))
-				label := q.name
-				if len(gs) > 1 || g != atLeastOnce {
-					label = guaranteeShort(g) + " " + q.name
-				}
-				bars = append(bars, bar{Label: label, Value: s.Median, Low: s.Min, Hi: s.Max, Sublabel: fmt.Sprintf("%.0f ms", s.Median)})
-			}
-		}
-		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(latencyTitle, "ms", chartNote(date, commit, len(r.latencyOf(gs[0])), roundsOnly), bars), 0o644); err != nil {
+		if err := r.writeLatency(&b, c, base, date, commit); err != nil {
 			return "", err
-		}
-		fmt.Fprintf(&b, "\n## End-to-end latency\n\nOne worker, %d partitions, a steady %.0f notifications/s and %.0f ticks/s interleaved for %.0f s per round (the first %.0f s left out), under %s (exactly-once: its default 100 ms commit interval). Market, notifications and alerts use LogAppendTime: latency = the alert's append time − the notification's append time (Kafka's acknowledgement of it). Alerts are read read_committed.\n\n![latency](%s)\n\n",
-			c.partitions, c.latencyRate, c.latencyTickRate, c.latencySeconds, c.latencyWarmup, strings.Join(gs, " and "), chart)
-		b.WriteString("| guarantee | round | notifications | ticks | seconds | alerts measured | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
-		for _, l := range r.latency {
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %.1f | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n", l.Guarantee, l.Round, l.Notifications, l.Ticks, l.Seconds, l.Samples, l.P50, l.P90, l.P99, l.P999, l.Max)
 		}
 	}
 	if len(r.restore) > 0 {
-		chart := base + "-restore.svg"
-		j, raw := r.restoreKinds()
-		sj, sr := spreadOf(collect(j, restoreRound.Rate)), spreadOf(collect(raw, restoreRound.Rate))
-		bars := []bar{
-			{Label: "joiner restore into Pebble", Value: sj.Median, Low: sj.Min, Hi: sj.Max, Sublabel: rate(sj.Median) + "/s"},
-			{Label: "raw consume", Value: sr.Median, Low: sr.Min, Hi: sr.Max, Sublabel: rate(sr.Median) + "/s"},
-		}
-		if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(restoreTitle, "records/s", chartNote(date, commit, len(j), roundsEach), bars), 0o644); err != nil {
+		if err := r.writeRestore(&b, c, base, date, commit); err != nil {
 			return "", err
-		}
-		fmt.Fprintf(&b, "\n## Restore\n\nOne market partition of %.0f ticks. joiner: a fresh worker (fresh group and state dir) restores it into Pebble; rate = joiner_restore_records_total / joiner_restore_seconds_sum. Raw consume: `passthrough --consume-only`, the same kafka-go Fetch loop as joiner's partition reader, from the first offset to the end offset, no decode and no store. Interleaved.\n\n![restore](%s)\n\n", j[0].Records, chart)
-		b.WriteString("| round | kind | records | seconds | of which storing after the last fetch | records/s |\n|---|---|---|---|---|---|\n")
-		for _, x := range r.restore {
-			store := ""
-			if x.Kind == "joiner" && x.StoreSeconds >= 0 {
-				store = fmt.Sprintf("%.3f", x.StoreSeconds)
-			}
-			fmt.Fprintf(&b, "| %d | %s | %.0f | %.3f | %s | %.0f |\n", x.Round, x.Kind, x.Records, x.Seconds, store, x.Rate())
-		}
-		fmt.Fprintf(&b, "\nRatio joiner / raw consume, per round: %s\n", r.restoreRatio().format(ratio))
-		if st, rd, ok := r.restoreSplit(); ok {
-			fmt.Fprintf(&b, "\njoiner's restores stored for %s after their last fetch (store_seconds in the \"restore complete\" log line: sorting, writing and ingesting the tables); the rest of each restore (reading, decoding, grouping) took %s the raw consume's time, per round.\n", st.format(secs), rd.format(ratio))
 		}
 	}
 	if d := r.demo; d != nil {
@@ -407,4 +362,65 @@ func (r *results) write(c config) (string, error) {
 	}
 	path := filepath.Join(c.outDir, base+".md")
 	return path, os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// writeLatency writes the latency section of the results file and its chart.
+func (r *results) writeLatency(b *bytes.Buffer, c config, base, date, commit string) error {
+	chart := base + "-latency.svg"
+	gs := r.latencyGuarantees()
+	var bars []bar
+	for _, g := range gs {
+		ls := r.latencyOf(g)
+		for _, q := range []struct {
+			name string
+			f    func(latencyRound) float64
+		}{{"p50", func(l latencyRound) float64 { return l.P50 }}, {"p90", func(l latencyRound) float64 { return l.P90 }},
+			{"p99", func(l latencyRound) float64 { return l.P99 }}, {"p99.9", func(l latencyRound) float64 { return l.P999 }},
+			{"max", func(l latencyRound) float64 { return l.Max }}} {
+			s := spreadOf(collect(ls, q.f))
+			label := q.name
+			if len(gs) > 1 || g != atLeastOnce {
+				label = guaranteeShort(g) + " " + q.name
+			}
+			bars = append(bars, bar{Label: label, Value: s.Median, Low: s.Min, Hi: s.Max, Sublabel: fmt.Sprintf("%.0f ms", s.Median)})
+		}
+	}
+	if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(latencyTitle, "ms", chartNote(date, commit, len(r.latencyOf(gs[0])), roundsOnly), bars), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "\n## End-to-end latency\n\nOne worker, %d partitions, a steady %.0f notifications/s and %.0f ticks/s interleaved for %.0f s per round (the first %.0f s left out), under %s (exactly-once: its default 100 ms commit interval). Market, notifications and alerts use LogAppendTime: latency = the alert's append time − the notification's append time (Kafka's acknowledgement of it). Alerts are read read_committed.\n\n![latency](%s)\n\n",
+		c.partitions, c.latencyRate, c.latencyTickRate, c.latencySeconds, c.latencyWarmup, strings.Join(gs, " and "), chart)
+	b.WriteString("| guarantee | round | notifications | ticks | seconds | alerts measured | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, l := range r.latency {
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %.1f | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n", l.Guarantee, l.Round, l.Notifications, l.Ticks, l.Seconds, l.Samples, l.P50, l.P90, l.P99, l.P999, l.Max)
+	}
+	return nil
+}
+
+// writeRestore writes the restore section of the results file and its chart.
+func (r *results) writeRestore(b *bytes.Buffer, c config, base, date, commit string) error {
+	chart := base + "-restore.svg"
+	j, raw := r.restoreKinds()
+	sj, sr := spreadOf(collect(j, restoreRound.Rate)), spreadOf(collect(raw, restoreRound.Rate))
+	bars := []bar{
+		{Label: "joiner restore into Pebble", Value: sj.Median, Low: sj.Min, Hi: sj.Max, Sublabel: rate(sj.Median) + "/s"},
+		{Label: "raw consume", Value: sr.Median, Low: sr.Min, Hi: sr.Max, Sublabel: rate(sr.Median) + "/s"},
+	}
+	if err := os.WriteFile(filepath.Join(c.outDir, chart), barChart(restoreTitle, "records/s", chartNote(date, commit, len(j), roundsEach), bars), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "\n## Restore\n\nOne market partition of %.0f ticks. joiner: a fresh worker (fresh group and state dir) restores it into Pebble; rate = joiner_restore_records_total / joiner_restore_seconds_sum. Raw consume: `passthrough --consume-only`, the same kafka-go Fetch loop as joiner's partition reader, from the first offset to the end offset, no decode and no store. Interleaved.\n\n![restore](%s)\n\n", j[0].Records, chart)
+	b.WriteString("| round | kind | records | seconds | of which storing after the last fetch | records/s |\n|---|---|---|---|---|---|\n")
+	for _, x := range r.restore {
+		store := ""
+		if x.Kind == "joiner" && x.StoreSeconds >= 0 {
+			store = fmt.Sprintf("%.3f", x.StoreSeconds)
+		}
+		fmt.Fprintf(b, "| %d | %s | %.0f | %.3f | %s | %.0f |\n", x.Round, x.Kind, x.Records, x.Seconds, store, x.Rate())
+	}
+	fmt.Fprintf(b, "\nRatio joiner / raw consume, per round: %s\n", r.restoreRatio().format(ratio))
+	if st, rd, ok := r.restoreSplit(); ok {
+		fmt.Fprintf(b, "\njoiner's restores stored for %s after their last fetch (store_seconds in the \"restore complete\" log line: sorting, writing and ingesting the tables); the rest of each restore (reading, decoding, grouping) took %s the raw consume's time, per round.\n", st.format(secs), rd.format(ratio))
+	}
+	return nil
 }

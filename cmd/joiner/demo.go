@@ -20,38 +20,12 @@ import (
 // one process, with a report.
 func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", "demo [flags]", stdout, stderr)
-	var (
-		def     = demo.DefaultConfig()
-		cfg     = def
-		asJSON  bool
-		verbose bool
-		serve   bool
-		// guarantee is --processing-guarantee.
-		guarantee string
-	)
-	var brokers string
-	fs.StringVar(&brokers, "brokers", "", "run on this Kafka cluster (comma-separated bootstrap brokers) instead of the embedded broker; topics and group are created for the run and the topics deleted after it")
-	fs.IntVar(&cfg.ReplicationFactor, "replication-factor", 1, "replication factor of the topics created with --brokers")
-	fs.IntVar(&cfg.Workers, "workers", def.Workers, "workers to run; with more workers than partitions some sit idle")
-	fs.IntVar(&cfg.Partitions, "partitions", def.Partitions, "partitions of every topic")
-	fs.IntVar(&cfg.Symbols, "symbols", def.Symbols, "number of symbols")
-	fs.IntVar(&cfg.TicksPerSymbol, "ticks-per-symbol", def.TicksPerSymbol, "price ticks per symbol")
-	fs.IntVar(&cfg.NotificationsPerSymbol, "notifications-per-symbol", def.NotificationsPerSymbol, "notifications per symbol")
-	fs.StringVar(&cfg.Assignor, "assignor", def.Assignor, "leader's plan: "+group.AssignorList())
-	fs.DurationVar(&cfg.Timeout, "timeout", def.Timeout, "give up after this long")
-	fs.StringVar(&cfg.Fields.Symbol, "symbol-field", record.DefaultSymbolField, "name of the symbol member of ticks and notifications")
-	fs.StringVar(&cfg.Fields.Price, "price-field", record.DefaultPriceField, "name of the price member of ticks")
-	fs.BoolVar(&cfg.ExtraFields, "extra-fields", false, "notifications in five shapes with members of their own (see joiner loadgen)")
-	fs.BoolVar(&cfg.Headers, "headers", false, "headers on every notification (see joiner loadgen)")
-	fs.DurationVar(&cfg.Grace, "grace", 0, "the workers' --grace")
-	fs.StringVar(&guarantee, "processing-guarantee", atLeastOnce, "the workers' --processing-guarantee: at-least-once, or exactly-once (the report then reads the alerts read_committed)")
-	fs.BoolVar(&asJSON, "json", false, "end with the report as one line of JSON")
-	fs.BoolVar(&verbose, "verbose", false, "show the workers' logs")
-	fs.BoolVar(&serve, "serve", false, "keep the workers running after the report and print each worker's status page URL; stop with Ctrl-C")
+	df := addDemoFlags(fs)
 	sec := kafkasec.AddFlags(fs.FlagSet)
 	if _, status, ok := fs.parse(args); !ok {
 		return status
 	}
+	cfg, asJSON, verbose, serve, guarantee, brokers := df.cfg, df.asJSON, df.verbose, df.serve, df.guarantee, df.brokers
 	cfg.Brokers = splitList(brokers)
 	switch guarantee {
 	case atLeastOnce:
@@ -118,4 +92,39 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// demoFlags are the values of joiner demo's own flags.
+type demoFlags struct {
+	cfg                    demo.Config
+	brokers                string
+	asJSON, verbose, serve bool
+	// guarantee is --processing-guarantee.
+	guarantee string
+}
+
+// addDemoFlags defines joiner demo's flags (but the security ones) on fs,
+// with demo.DefaultConfig's values as their defaults.
+func addDemoFlags(fs *cmdFlags) *demoFlags {
+	def := demo.DefaultConfig()
+	df := &demoFlags{cfg: def}
+	fs.StringVar(&df.brokers, "brokers", "", "run on this Kafka cluster (comma-separated bootstrap brokers) instead of the embedded broker; topics and group are created for the run and the topics deleted after it")
+	fs.IntVar(&df.cfg.ReplicationFactor, "replication-factor", 1, "replication factor of the topics created with --brokers")
+	fs.IntVar(&df.cfg.Workers, "workers", def.Workers, "workers to run; with more workers than partitions some sit idle")
+	fs.IntVar(&df.cfg.Partitions, "partitions", def.Partitions, "partitions of every topic")
+	fs.IntVar(&df.cfg.Symbols, "symbols", def.Symbols, "number of symbols")
+	fs.IntVar(&df.cfg.TicksPerSymbol, "ticks-per-symbol", def.TicksPerSymbol, "price ticks per symbol")
+	fs.IntVar(&df.cfg.NotificationsPerSymbol, "notifications-per-symbol", def.NotificationsPerSymbol, "notifications per symbol")
+	fs.StringVar(&df.cfg.Assignor, "assignor", def.Assignor, "leader's plan: "+group.AssignorList())
+	fs.DurationVar(&df.cfg.Timeout, "timeout", def.Timeout, "give up after this long")
+	fs.StringVar(&df.cfg.Fields.Symbol, "symbol-field", record.DefaultSymbolField, "name of the symbol member of ticks and notifications")
+	fs.StringVar(&df.cfg.Fields.Price, "price-field", record.DefaultPriceField, "name of the price member of ticks")
+	fs.BoolVar(&df.cfg.ExtraFields, "extra-fields", false, "notifications in five shapes with members of their own (see joiner loadgen)")
+	fs.BoolVar(&df.cfg.Headers, "headers", false, "headers on every notification (see joiner loadgen)")
+	fs.DurationVar(&df.cfg.Grace, "grace", 0, "the workers' --grace")
+	fs.StringVar(&df.guarantee, "processing-guarantee", atLeastOnce, "the workers' --processing-guarantee: at-least-once, or exactly-once (the report then reads the alerts read_committed)")
+	fs.BoolVar(&df.asJSON, "json", false, "end with the report as one line of JSON")
+	fs.BoolVar(&df.verbose, "verbose", false, "show the workers' logs")
+	fs.BoolVar(&df.serve, "serve", false, "keep the workers running after the report and print each worker's status page URL; stop with Ctrl-C")
+	return df
 }
