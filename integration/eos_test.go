@@ -84,14 +84,28 @@ func TestIntegrationExactlyOnceSIGSTOP(t *testing.T) {
 		},
 		after: func(c *cluster, ws map[string]*worker, _ *oracle.Workload) {
 			if n := c.countLogLines("transaction aborted"); n == 0 {
-				c.t.Errorf("the worker stopped past its session aborted no transaction (no \"transaction aborted\" in the logs)")
+				c.t.Errorf("the worker stopped past its session aborted no transaction (no \"transaction aborted\" in the logs); w3's log tail:\n%s", tail(ws["w3"].logPath, 30))
 			} else {
 				c.t.Logf("%d transactions aborted", n)
 			}
-			if v, err := ws["w3"].view(); err != nil || !ws["w3"].running() {
-				c.t.Errorf("w3 did not come back after SIGCONT: %v", err)
-			} else {
-				c.t.Logf("w3 after SIGCONT: generation %d, tasks %v", v.Generation, v.Tasks)
+			// w3 rejoins: its tasks went to others while it was stopped,
+			// and it may be in a rebalance still when the alerts are all
+			// read, so it is given until a deadline to answer with tasks.
+			w3 := ws["w3"]
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				if !w3.running() {
+					c.t.Errorf("w3 exited after SIGCONT; log tail:\n%s", tail(w3.logPath, 20))
+					break
+				}
+				v, err := w3.view()
+				if err == nil && len(v.Tasks) > 0 {
+					c.t.Logf("w3 after SIGCONT: generation %d, tasks %v", v.Generation, v.Tasks)
+					break
+				}
+				if time.Now().After(deadline) {
+					c.t.Errorf("w3 has no task 30s after the alerts were read (view: %+v, %v); log tail:\n%s", v, err, tail(w3.logPath, 20))
+					break
+				}
 			}
 		}})
 }
