@@ -27,13 +27,11 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	cfg, asJSON, verbose, serve, guarantee, brokers := df.cfg, df.asJSON, df.verbose, df.serve, df.guarantee, df.brokers
 	cfg.Brokers = splitList(brokers)
-	switch guarantee {
-	case atLeastOnce:
-	case exactlyOnce:
-		cfg.ExactlyOnce = true
-	default:
-		return fs.fail(2, fmt.Errorf("--processing-guarantee %q: want %s or %s", guarantee, atLeastOnce, exactlyOnce))
+	eos, err := parseGuarantee(guarantee)
+	if err != nil {
+		return fs.fail(2, err)
 	}
+	cfg.ExactlyOnce = eos
 	if err := cfg.Validate(); err != nil {
 		return fs.fail(2, err)
 	}

@@ -24,12 +24,8 @@ func addGuaranteeFlags(fs *cmdFlags, guarantee *string, timeout *time.Duration) 
 // applyGuarantee sets cfg's guarantee from the flags: exactly-once, and
 // then a 100ms commit interval unless --commit-interval was given.
 func applyGuarantee(fs *cmdFlags, guarantee string, cfg *node.Config) error {
-	switch guarantee {
-	case atLeastOnce:
-		return nil
-	case exactlyOnce:
-	default:
-		return fmt.Errorf("--processing-guarantee %q: want %s or %s", guarantee, atLeastOnce, exactlyOnce)
+	if eos, err := parseGuarantee(guarantee); err != nil || !eos {
+		return err
 	}
 	if cfg.TransactionTimeout <= 0 {
 		return fmt.Errorf("--transaction-timeout %s: want a positive duration", cfg.TransactionTimeout)
@@ -39,4 +35,16 @@ func applyGuarantee(fs *cmdFlags, guarantee string, cfg *node.Config) error {
 		cfg.CommitInterval = join.DefaultExactlyOnceCommitInterval
 	}
 	return nil
+}
+
+// parseGuarantee reads a --processing-guarantee value: whether it is
+// exactly-once, or an error naming the values it takes.
+func parseGuarantee(guarantee string) (exactly bool, err error) {
+	switch guarantee {
+	case atLeastOnce:
+		return false, nil
+	case exactlyOnce:
+		return true, nil
+	}
+	return false, fmt.Errorf("--processing-guarantee %q: want %s or %s", guarantee, atLeastOnce, exactlyOnce)
 }
