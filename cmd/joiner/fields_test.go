@@ -129,7 +129,14 @@ func TestOutputNamesFlagsNotFields(t *testing.T) {
 	}
 	secure := []string{"--tls-ca-file", b.CA.File, "--sasl-mechanism", b.Mechanism, "--sasl-username", b.User, "--sasl-password-file", b.PasswordFile}
 	run := func(t *testing.T, brokers string, extra ...string) []string {
-		return append([]string{"run", "--brokers", brokers, "--http-addr", "127.0.0.1:0", "--state-dir", t.TempDir(),
+		// --state-dir is a comma-separated list, and t.TempDir's name
+		// holds the subtest's ("run, no broker"): a dir of its own.
+		dir, err := os.MkdirTemp("", "state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return append([]string{"run", "--brokers", brokers, "--http-addr", "127.0.0.1:0", "--state-dir", dir,
 			"--instance-id", "w1", "--startup-timeout", "1500ms"}, extra...)
 	}
 	for _, tc := range []struct {
