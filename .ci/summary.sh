@@ -3,8 +3,13 @@
 #
 #   gotest ARGS...  go test -v ARGS, with its results kept for the totals; it
 #                   prints what a plain go test prints on success (the package
-#                   lines) and, on failure, the failed tests and the output's
-#                   tail, and returns go test's status
+#                   lines) and, on failure, the failed tests, the output of
+#                   each (failed_output) and the output's tail, and returns
+#                   go test's status
+#   failed_output FILE
+#                   the lines go test -v attributed to each failed test in
+#                   FILE (the last 200 of each): parallel tests interleave,
+#                   so a tail alone often misses the failure's message
 #   tally FILE      adds the results in FILE (go test -v output) to the totals
 #   ci_summary [STATUS]
 #                   prints the totals and exits with STATUS (default: $?);
@@ -26,11 +31,27 @@ gotest() {
 		grep -E '^(ok |\?  )' "$log" || true
 	else
 		grep -E '^ *--- FAIL|^(ok |FAIL)' "$log" || true
+		failed_output "$log"
 		echo "--- go test output (tail) ---"
-		tail -n 300 "$log"
+		tail -n 100 "$log"
 	fi
 	rm -f "$log"
 	return $status
+}
+
+failed_output() {
+	awk '
+		/^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
+		/^ *--- FAIL: / { failed[$3] = 1; next }
+		/^ *--- (PASS|SKIP): / || /^(ok |FAIL|PASS$)/ { next }
+		{ n[cur]++; line[cur, n[cur]] = $0 }
+		END {
+			for (t in failed) {
+				if (!(t in n)) continue
+				print "--- output of " t " (its last 200 lines) ---"
+				for (i = (n[t] > 200 ? n[t] - 199 : 1); i <= n[t]; i++) print line[t, i]
+			}
+		}' "$1"
 }
 
 ci_summary() {

@@ -59,6 +59,9 @@ func TestCISummary(t *testing.T) {
 		if strings.Contains(string(out), "not reached") {
 			t.Errorf("%s: went on after a failed step\n%s", tc.name, out)
 		}
+		if tc.fails && !strings.Contains(string(out), "--- output of TestF (its last 200 lines) ---\n    b_test.go:3: boom\n") {
+			t.Errorf("%s: the failed test's own output is not shown\n%s", tc.name, out)
+		}
 		if tc.name == "teardown" && !strings.Contains(string(out), "teardown\n\n== summary") {
 			t.Errorf("teardown: the summary does not come after the teardown\n%s", out)
 		}
