@@ -3,7 +3,6 @@ package demo_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -25,7 +24,7 @@ func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() && os.Getenv("JOINER_TEST_LOGS") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return testkit.FailureLog(t, 400)
 }
 
 // The four-worker experiment (`joiner demo`'s defaults): 4 workers, 6

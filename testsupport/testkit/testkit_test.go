@@ -3,8 +3,10 @@ package testkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +95,46 @@ func TestAfterAcked(t *testing.T) {
 	write(b.Topics.Notifications, 3)
 	if !wait() || runs != 1 {
 		t.Errorf("ran %d times, want once", runs)
+	}
+}
+
+// fakeTB records what FailureLog asks of a test.
+type fakeTB struct {
+	testing.TB
+	cleanups []func()
+	failed   bool
+	logs     []string
+}
+
+func (f *fakeTB) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeTB) Failed() bool      { return f.failed }
+func (f *fakeTB) Logf(format string, args ...any) {
+	f.logs = append(f.logs, fmt.Sprintf(format, args...))
+}
+func (f *fakeTB) Helper() {}
+
+// FailureLog shows the last lines of the log to a failed test only.
+func TestFailureLog(t *testing.T) {
+	for _, failed := range []bool{false, true} {
+		tb := &fakeTB{TB: t, failed: failed}
+		log := FailureLog(tb, 2)
+		log.Info("first")
+		log.Debug("below info")
+		log.Info("second", "task", 3)
+		log.Warn("third")
+		for _, fn := range tb.cleanups {
+			fn()
+		}
+		got := strings.Join(tb.logs, "\n")
+		if !failed {
+			if got != "" {
+				t.Errorf("a passing test saw %q", got)
+			}
+			continue
+		}
+		if !strings.Contains(got, "first 1 log lines are left out") || strings.Contains(got, "msg=first") ||
+			!strings.Contains(got, "msg=second task=3") || !strings.Contains(got, "msg=third") || strings.Contains(got, "below info") {
+			t.Errorf("a failed test saw %q, want the last two lines at INFO and up", got)
+		}
 	}
 }
