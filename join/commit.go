@@ -115,7 +115,21 @@ func (w *Processor) commit(ctx context.Context) error {
 // (revoked, or restarted in another role): they are no longer in w.procs
 // and w.states, so commit does not see them. The committed offsets they
 // leave are forgotten, so that a task assigned here again commits afresh.
+//
+// Under exactly-once it then waits until the group shows the stopped
+// tasks' offsets (txnAwaitVisible), so that their next owners start from
+// them.
 func (w *Processor) commitFinal(ctx context.Context, procs []*processTask, states []*stateTask) error {
+	handed, err := w.commitStopped(ctx, procs, states)
+	if err == nil {
+		w.txnAwaitVisible(ctx, handed)
+	}
+	return err
+}
+
+// commitStopped commits the final offsets of commitFinal and returns those
+// of the stopped tasks.
+func (w *Processor) commitStopped(ctx context.Context, procs []*processTask, states []*stateTask) (map[string]map[int]int64, error) {
 	pm := make(map[int]*processTask, len(procs))
 	for _, t := range procs {
 		pm[t.p] = t
@@ -128,6 +142,13 @@ func (w *Processor) commitFinal(ctx context.Context, procs []*processTask, state
 	defer w.commitMu.Unlock()
 	defer w.txnPause(ctx)()
 	offsets, notifTs := w.offsetsLocked(pm, sm)
+	handed := make(map[string]map[int]int64, len(offsets))
+	for topic, ps := range offsets {
+		handed[topic] = make(map[int]int64, len(ps))
+		for p, o := range ps {
+			handed[topic][p] = o
+		}
+	}
 	w.txnAddRunning(offsets, notifTs) // exactly-once: the transaction holds their writes too
 	err := w.commitLocked(ctx, offsets, notifTs)
 	for p := range pm {
@@ -136,7 +157,7 @@ func (w *Processor) commitFinal(ctx context.Context, procs []*processTask, state
 	for p := range sm {
 		delete(w.committed[w.cfg.Topics.Market], p)
 	}
-	return err
+	return handed, err
 }
 
 // offsetsLocked returns the offsets of procs and states not committed yet,

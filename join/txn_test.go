@@ -30,6 +30,11 @@ type fakeTxnBroker struct {
 	// many Begins (and producers' InitProducerID) with produce.ErrTxnState.
 	failCommit error
 	failBegins int
+	// staleFetches: that many FetchOffsets answer with the offsets from
+	// before the last commit (its markers not written yet).
+	staleFetches int
+	before       map[string]map[int]int64
+	fetches      int
 }
 
 type fakeTxnProducer struct {
@@ -94,6 +99,13 @@ func (p *fakeTxnProducer) Commit(context.Context) error {
 		return produce.ErrTxnState
 	}
 	p.b.visible = append(p.b.visible, p.pending...)
+	p.b.before = map[string]map[int]int64{}
+	for topic, ps := range p.b.offsets {
+		p.b.before[topic] = map[int]int64{}
+		for part, o := range ps {
+			p.b.before[topic][part] = o
+		}
+	}
 	for _, o := range p.offs {
 		p.b.setOffset(o.Topic, o.Partition, o.Offset)
 	}
@@ -199,9 +211,15 @@ func (m *txnMemberFake) Commit(_ context.Context, o map[string]map[int]int64) er
 func (m *txnMemberFake) FetchOffsets(_ context.Context, topic string, ps []int) (map[int]int64, error) {
 	m.b.mu.Lock()
 	defer m.b.mu.Unlock()
+	m.b.fetches++
+	offsets := m.b.offsets
+	if m.b.staleFetches > 0 {
+		m.b.staleFetches--
+		offsets = m.b.before
+	}
 	out := map[int]int64{}
 	for _, p := range ps {
-		if o, ok := m.b.offsets[topic][p]; ok {
+		if o, ok := offsets[topic][p]; ok {
 			out[p] = o
 		}
 	}
@@ -386,4 +404,48 @@ func (b *fakeTxnBroker) visibleAlerts(t *testing.T, price func(id string) float6
 		}
 	}
 	return got
+}
+
+// TestExactlyOnceHandoverWaitsForVisibleOffsets: the transaction that
+// commits a revoked task's final offsets has ended, but the group still
+// shows the offsets of the transaction before (the markers are not
+// written): the handover waits until the group shows the new ones, so
+// that the next owner does not start below them and write their alerts
+// again. (Without txnAwaitVisible, Assigned returns while the group still
+// shows the older offset.)
+func TestExactlyOnceHandoverWaitsForVisibleOffsets(t *testing.T) {
+	w, f, b, m, ctx := newTxnRig(t)
+	s := symbolOf(t, 0, 2)
+	f.produce("market", 0, 1000, s, tickJSON(s, 1))
+	for i := range 3 {
+		f.produce("notifications", 0, int64(1100+i), s, noteJSON(fmt.Sprintf("a%d", i), s))
+	}
+	w.Assigned(ctx, m.a)
+	waitFor(t, "3 alerts in the transaction", func() bool { return b.pendingAlerts(w) == 3 })
+	if err := w.commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		f.produce("notifications", 0, int64(1200+i), s, noteJSON(fmt.Sprintf("b%d", i), s))
+	}
+	waitFor(t, "2 more alerts in the transaction", func() bool { return b.pendingAlerts(w) == 2 })
+	b.mu.Lock()
+	b.staleFetches, b.fetches = 3, 0
+	b.mu.Unlock()
+	w.Assigned(ctx, assignment(2, nil, nil)) // every task revoked: commitFinal
+	b.mu.Lock()
+	stale, fetches := b.staleFetches, b.fetches
+	b.mu.Unlock()
+	if stale != 0 || fetches != 4 {
+		t.Errorf("the handover returned after %d offset fetches with %d stale ones left, want 4 fetches, the last one showing the commit", fetches, stale)
+	}
+	if got, _ := m.FetchOffsets(ctx, "notifications", []int{0}); got[0] != 5 {
+		t.Errorf("committed notifications-0 at %d, want 5", got[0])
+	}
+	got := b.visibleAlerts(t, func(string) float64 { return 1 })
+	for _, id := range []string{"a0", "a1", "a2", "b0", "b1"} {
+		if got[id] != 1 {
+			t.Errorf("alert %s visible %d times, want once (all: %v)", id, got[id], got)
+		}
+	}
 }
