@@ -2,8 +2,11 @@ package join
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
+
+	"github.com/joiner-dev/joiner/internal/backoff"
 )
 
 // txnAwaitVisible is called, under exactly-once, after the transaction
@@ -28,30 +31,31 @@ func (w *Processor) txnAwaitVisible(ctx context.Context, offsets map[string]map[
 		return
 	}
 	start := time.Now()
-	deadline := start.Add(c.cfg.TransactionTimeout)
-	delay := time.Millisecond
-	for attempt := 0; ; attempt++ {
-		pending, err := w.invisibleOffsets(ctx, offsets)
-		if err == nil && len(pending) == 0 {
-			if attempt > 0 {
-				w.log.Debug("exactly-once: the handed-over tasks' committed offsets are visible", "waited", time.Since(start), "fetches", attempt+1)
-			}
-			return
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.TransactionTimeout)
+	defer cancel()
+	var pending map[string][]int
+	fetches := 0
+	err := backoff.Do(ctx, visiblePolicy, nil, func(ctx context.Context) (err error) {
+		fetches++
+		pending, err = w.invisibleOffsets(ctx, offsets)
+		if err == nil && len(pending) > 0 {
+			err = errors.New("the group shows older committed offsets")
 		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			w.log.Warn("exactly-once: the committed offsets of the tasks handed over are not visible in the group yet; their next owners may write again some alerts that are already committed",
-				"waited", time.Since(start), "pending", pending, "err", err)
-			return
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		delay = min(2*delay, 50*time.Millisecond)
+		return err
+	})
+	if err != nil {
+		w.log.Warn("exactly-once: the committed offsets of the tasks handed over are not visible in the group yet; their next owners may write again some alerts that are already committed",
+			"waited", time.Since(start), "pending", pending, "err", err)
+		return
+	}
+	if fetches > 1 {
+		w.log.Debug("exactly-once: the handed-over tasks' committed offsets are visible", "waited", time.Since(start), "fetches", fetches)
 	}
 }
+
+// visiblePolicy: the markers of a transaction usually follow its EndTxn
+// within milliseconds.
+var visiblePolicy = backoff.Policy{Min: 2 * time.Millisecond, Max: 50 * time.Millisecond}
 
 // invisibleOffsets returns the partitions of offsets whose committed
 // offset in the group is still below the one in offsets.
