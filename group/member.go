@@ -784,6 +784,12 @@ func (m *Member) leave(ctx context.Context, memberID string) error {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
 	defer cancel()
 	err := leaveGroup(lctx, m.client, m.cfg.GroupID, kafka.LeaveGroupRequestMember{ID: memberID, GroupInstanceID: m.cfg.InstanceID})
+	if errors.Is(err, kafka.UnknownMemberId) {
+		// The coordinator dropped the member already (its session expired,
+		// say while it stopped): what leaving is for is done.
+		m.log.Info("group: the coordinator had already dropped this member; nothing to leave", "member", memberID)
+		return nil
+	}
 	if err != nil {
 		err = fmt.Errorf("group %q: leave (instance %q): %w", m.cfg.GroupID, m.cfg.InstanceID, err)
 		m.log.Warn("group: leave failed; the coordinator drops the member after the session timeout", "err", err)

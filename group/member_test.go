@@ -17,6 +17,7 @@ import (
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -827,5 +828,40 @@ func TestActiveNeedsARecentHeartbeat(t *testing.T) {
 		if got := m.Active(); got != c.want {
 			t.Errorf("valid %v, joining %v, confirmed %v ago: Active = %v, want %v", c.valid, c.joining, c.ago, got, c.want)
 		}
+	}
+}
+
+// A member that the coordinator already dropped (LeaveGroup answers
+// UNKNOWN_MEMBER_ID) stops without an error: it is out of the group, as
+// leaving wants. Another LeaveGroup error is still returned.
+func TestLeaveAfterTheCoordinatorDroppedTheMember(t *testing.T) {
+	for _, tc := range []struct {
+		code    int16
+		wantErr bool
+	}{
+		{kerr.UnknownMemberID.Code, false},
+		{kerr.FencedInstanceID.Code, true},
+	} {
+		t.Run(kerr.ErrorForCode(tc.code).Error(), func(t *testing.T) {
+			c := startCluster(t, 1)
+			a := startMember(t, c.ListenAddrs(), "a", nil)
+			stableTasks(t, a)
+			c.ControlKey(int16(kmsg.LeaveGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				resp := req.(*kmsg.LeaveGroupRequest).ResponseKind().(*kmsg.LeaveGroupResponse)
+				resp.ErrorCode = tc.code
+				return resp, nil, true
+			})
+			a.cancel()
+			var err error
+			select {
+			case err = <-a.done:
+				a.done <- err // for the cleanup
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return")
+			}
+			if (err != nil) != tc.wantErr {
+				t.Errorf("Run returned %v; want an error: %v", err, tc.wantErr)
+			}
+		})
 	}
 }
