@@ -139,6 +139,7 @@ func TestOracle(t *testing.T) {
 			r := oracle.NewAlertReader(b.Client, b.Topics.Alerts, b.Partitions)
 			if sc.exactlyOnce {
 				r.ReadCommitted()
+				defer r.Close()
 			}
 			rep, err := wl.WaitComplete(ctx, r, wl.Produced(), 60*time.Second)
 			if err != nil {
@@ -146,6 +147,9 @@ func TestOracle(t *testing.T) {
 			}
 			if sc.exactlyOnce {
 				rep = settleCommitted(ctx, t, wl, r)
+				if err := r.CrossCheck(ctx); err != nil {
+					t.Error(err)
+				}
 			}
 			n, ticks, exact := wl.Counts()
 			t.Logf("oracle %s: %v (ticks=%d, notifications at a tick's exact time=%d)", sc.name, rep, ticks, exact)

@@ -106,6 +106,7 @@ func runOracle(t *testing.T, sc oracleScenario) {
 	reader := oracle.NewAlertReader(c.client, c.alertsT, partitions)
 	if sc.exactlyOnce {
 		reader.ReadCommitted()
+		defer reader.Close()
 	}
 	rep, err := wl.WaitComplete(ctx, reader, wl.Produced(), 2*time.Minute)
 	if err != nil {
@@ -113,6 +114,9 @@ func runOracle(t *testing.T, sc oracleScenario) {
 	}
 	if sc.exactlyOnce {
 		rep = settleCommitted(ctx, t, c, wl, reader, rep)
+		if err := reader.CrossCheck(ctx); err != nil {
+			t.Error(err)
+		}
 	}
 	if d := time.Since(loaded); sc.completeWithin > 0 && d > sc.completeWithin {
 		t.Errorf("the last alert came %v after the load ended, want within %v", d, sc.completeWithin)

@@ -35,6 +35,7 @@ import (
 	"github.com/joiner-dev/joiner/murmur2"
 	"github.com/joiner-dev/joiner/record"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Config shapes a workload. Zero values take the defaults shown.
@@ -773,17 +774,27 @@ func alertString(a record.Alert) string {
 // the record values (demo's TopicReader does the reading).
 type AlertReader struct {
 	r       *demo.TopicReader
+	client  *kafka.Client
+	topic   string
 	values  [][]byte
 	headers [][]kafka.Header
+	// Under ReadCommitted: franz-go's reader (values and headers are
+	// its), and what joiner's own fetch read (own), for CrossCheck.
+	indep    *kgo.Client
+	indepErr error
+	own      [][]byte
 }
 
 // NewAlertReader reads topic, which has partitions partitions, with client.
 func NewAlertReader(client *kafka.Client, topic string, partitions int) *AlertReader {
-	return &AlertReader{r: demo.NewTopicReader(client, topic, partitions)}
+	return &AlertReader{r: demo.NewTopicReader(client, topic, partitions), client: client, topic: topic}
 }
 
 // Poll reads what is new in every partition, without waiting for more.
 func (r *AlertReader) Poll(ctx context.Context) error {
+	if r.indep != nil || r.indepErr != nil {
+		return r.pollIndependent(ctx)
+	}
 	for {
 		n, err := r.r.Poll(ctx, func(rec kafka.Record, v []byte) {
 			r.values = append(r.values, v)
