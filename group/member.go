@@ -68,9 +68,14 @@ type Member struct {
 	refused    map[int]bool
 	rejoin     chan struct{}
 	rejoinOnce sync.Once
-	// restart is the reason of a pending Restart (restart.go); guarded
-	// by mu.
-	restart error
+	// restart is the reason of a pending Restart (restart.go), asked
+	// when losses was restartLosses; losses counts the memberships lost
+	// (Handler.Lost calls); released is set by Release until the
+	// heartbeat loop rejoins for it. Guarded by mu.
+	restart       error
+	restartLosses uint64
+	losses        uint64
+	released      bool
 }
 
 type generation struct {
@@ -258,6 +263,9 @@ func (m *Member) lose(ctx context.Context, err error) {
 	m.mu.Lock()
 	wasLive := m.live
 	m.gen.valid, m.live = false, false
+	if wasLive {
+		m.losses++
+	}
 	m.mu.Unlock()
 	if wasLive {
 		m.cfg.Handler.Lost(ctx, err)
@@ -336,7 +344,10 @@ func (m *Member) heartbeat(ctx context.Context, a Assignment, memberID string, c
 			return nil
 		case <-tick.C:
 		case <-m.rejoinCh():
-			return m.rejoinReason() // restart.go, release.go
+			if err := m.rejoinReason(); err != nil { // restart.go, release.go
+				return err
+			}
+			continue
 		}
 		if a.Leader && (m.warmups.Load() > 0 || m.unbalanced.Load()) && time.Since(planned) >= m.cfg.ProbingRebalanceInterval {
 			m.log.Info("group: probing rebalance: the plan has warm-ups or is unbalanced; rejoining to move the tasks whose copies caught up",

@@ -34,6 +34,7 @@ func (m *Member) Release(task int) {
 		m.refused = map[int]bool{}
 	}
 	m.refused[task] = true
+	m.released = true
 	m.mu.Unlock()
 	m.log.Warn("group: releasing a task this member cannot run; rejoining so that the leader moves it", "task", task)
 	select {

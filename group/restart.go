@@ -20,9 +20,14 @@ var errRestart = errors.New("group: the handler asked to restart its tasks from 
 // wrapping reason) at its next heartbeat tick and rejoin the group with
 // its member id; the tasks it is given then start from the group's
 // committed offsets. Safe for concurrent use.
+//
+// A Restart still pending when the member loses its membership is dropped:
+// Handler.Lost, then Assigned, restart the tasks from the committed offsets
+// already (restarting them again would only lose the next generation's
+// tasks, and churn the group).
 func (m *Member) Restart(reason error) {
 	m.mu.Lock()
-	m.restart = reason
+	m.restart, m.restartLosses = reason, m.losses
 	m.mu.Unlock()
 	m.log.Warn("group: restarting this member's tasks from the committed offsets", "reason", reason)
 	select {
@@ -31,16 +36,25 @@ func (m *Member) Restart(reason error) {
 	}
 }
 
-// rejoinReason is why the heartbeat loop was woken: a Restart, or else
-// a Release.
+// rejoinReason is why the heartbeat loop was woken: a Restart, or a
+// Release, or nil for a Restart that a lost membership has done since
+// (the loop goes on).
 func (m *Member) rejoinReason() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if r := m.restart; r != nil {
-		m.restart = nil
+	r, stale := m.restart, m.losses > m.restartLosses
+	m.restart = nil
+	released := m.released
+	m.released = false
+	switch {
+	case r != nil && !stale:
 		return fmt.Errorf("%w: %w", errRestart, r)
+	case released:
+		return errReleased
+	case r != nil:
+		m.log.Info("group: a restart of the tasks asked before the membership was lost is done: the tasks restarted from the committed offsets since", "reason", r)
 	}
-	return errReleased
+	return nil
 }
 
 // Generation returns the generation, member id and instance id that

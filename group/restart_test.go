@@ -1,7 +1,10 @@
 package group
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -41,5 +44,36 @@ func TestRestartLosesThenAssignsAgain(t *testing.T) {
 	}
 	if g, _, _, ok := a.Generation(); !ok || g != last.Generation {
 		t.Errorf("Generation() after the restart = %d (%v), want %d", g, ok, last.Generation)
+	}
+}
+
+// A Restart still pending when the membership is lost is dropped (Lost,
+// then Assigned, restarted the tasks from the committed offsets already);
+// one asked after the loss, or with no loss, still restarts; a Release
+// still rejoins.
+func TestRestartDroppedAfterALoss(t *testing.T) {
+	newMember := func() *Member {
+		return &Member{log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: Config{Handler: &recorder{}}, live: true}
+	}
+	reason := errors.New("aborted")
+	for _, tc := range []struct {
+		name string
+		do   func(m *Member)
+		want error // nil: the heartbeat loop goes on
+	}{
+		{"restart", func(m *Member) { m.Restart(reason) }, errRestart},
+		{"restart, then lost", func(m *Member) { m.Restart(reason); m.lose(context.Background(), reason) }, nil},
+		{"lost, then restart", func(m *Member) { m.lose(context.Background(), reason); m.live = true; m.Restart(reason) }, errRestart},
+		{"restart, lost, release", func(m *Member) { m.Restart(reason); m.lose(context.Background(), reason); m.Release(3) }, errReleased},
+	} {
+		m := newMember()
+		tc.do(m)
+		got := m.rejoinReason()
+		if (tc.want == nil) != (got == nil) || (tc.want != nil && !errors.Is(got, tc.want)) {
+			t.Errorf("%s: rejoinReason() = %v, want %v", tc.name, got, tc.want)
+		}
+		if again := m.rejoinReason(); again != nil {
+			t.Errorf("%s: a second rejoinReason() = %v, want nil (each reason once)", tc.name, again)
+		}
 	}
 }
