@@ -163,7 +163,7 @@ func TestOracle(t *testing.T) {
 				t.Errorf("oracle: %d duplicates, want at most %d", rep.Duplicates, sc.maxDuplicates)
 			}
 			if sc.noDuplicates && rep.Duplicates != 0 {
-				t.Errorf("oracle: %d duplicates (without a disturbance, or exactly-once)", rep.Duplicates)
+				t.Errorf("oracle: %d duplicates (without a disturbance, or exactly-once); copies of %q", rep.Duplicates, r.DuplicateOrigins(5))
 			}
 			if sc.assignor == "roundrobin" && rep.Results["local"] != 0 {
 				t.Errorf("roundrobin: %d local joins, want every priced join remote", rep.Results["local"])

@@ -80,6 +80,8 @@ func (r *AlertReader) pollIndependent(ctx context.Context) error {
 		fs.EachRecord(func(rec *kgo.Record) {
 			n++
 			r.values = append(r.values, rec.Value)
+			r.origins = append(r.origins, fmt.Sprintf("%s-%d@%d (producer %d, epoch %d, written %s)",
+				rec.Topic, rec.Partition, rec.Offset, rec.ProducerID, rec.ProducerEpoch, rec.Timestamp.UTC().Format("15:04:05.000")))
 			hs := make([]kafka.Header, len(rec.Headers))
 			for i, h := range rec.Headers {
 				hs[i] = kafka.Header{Key: h.Key, Value: h.Value}
@@ -145,4 +147,36 @@ func (r *AlertReader) Close() {
 	if r.indep != nil {
 		r.indep.Close()
 	}
+}
+
+// DuplicateOrigins lists, for up to max alert ids read more than once by
+// franz-go's reader, where each copy is (partition, offset, producer id and
+// epoch): which transactions committed them.
+func (r *AlertReader) DuplicateOrigins(max int) []string {
+	if r.indep == nil {
+		return nil
+	}
+	var order []string
+	copies := map[string][]string{}
+	for i, v := range r.values {
+		ms, err := members(v)
+		if err != nil {
+			continue
+		}
+		a, _, _ := alertOf(ms, "")
+		if a.ID == "" {
+			continue
+		}
+		if copies[a.ID] == nil {
+			order = append(order, a.ID)
+		}
+		copies[a.ID] = append(copies[a.ID], r.origins[i])
+	}
+	var out []string
+	for _, id := range order {
+		if len(copies[id]) > 1 && len(out) < max {
+			out = append(out, id+": "+strings.Join(copies[id], ", "))
+		}
+	}
+	return out
 }

@@ -782,6 +782,7 @@ type AlertReader struct {
 	// its), and what joiner's own fetch read (own), for CrossCheck.
 	indep    *kgo.Client
 	indepErr error
+	origins  []string
 	own      [][]byte
 }
 
