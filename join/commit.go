@@ -107,8 +107,47 @@ func (w *Processor) commit(ctx context.Context) error {
 	defer w.txnPause(ctx)() // exactly-once: no write until the transaction ends (txn.go)
 	w.mu.RLock()
 	offsets, notifTs := w.offsetsLocked(w.procs, w.states)
+	w.addHandoverLocked(offsets, notifTs)
 	w.mu.RUnlock()
 	return w.commitLocked(ctx, offsets, notifTs)
+}
+
+// addHandoverLocked adds to offsets (and notifTs) those of the tasks that
+// Assigned has taken out of the running ones but not committed finally
+// yet: paused at a handover, their batches in flight are still written
+// (under exactly-once, into the open transaction), so a commit meanwhile
+// must hold their offsets too. Without them, a transaction would make
+// their alerts visible while their offsets stay behind, and if the final
+// commit then failed (the generation gone), their next owner would write
+// those alerts again. w.commitMu and w.mu are held.
+func (w *Processor) addHandoverLocked(offsets map[string]map[int]int64, notifTs map[*stateTask]int64) {
+	pm, sm := map[int]*processTask{}, map[int]*stateTask{}
+	for p, h := range w.handover {
+		if h.final {
+			continue
+		}
+		if h.pt != nil {
+			pm[p] = h.pt
+		}
+		if h.st != nil {
+			sm[p] = h.st
+		}
+	}
+	if len(pm)+len(sm) == 0 {
+		return
+	}
+	more, ts := w.offsetsLocked(pm, sm)
+	for topic, ps := range more {
+		if offsets[topic] == nil {
+			offsets[topic] = map[int]int64{}
+		}
+		for p, o := range ps {
+			offsets[topic][p] = o
+		}
+	}
+	for st, v := range ts {
+		notifTs[st] = max(notifTs[st], v)
+	}
 }
 
 // commitFinal commits the last offsets of tasks Assigned has stopped
@@ -157,6 +196,16 @@ func (w *Processor) commitStopped(ctx context.Context, procs []*processTask, sta
 	for p := range sm {
 		delete(w.committed[w.cfg.Topics.Market], p)
 	}
+	// Committed finally (or given up): later commits leave them out, so
+	// that none commits their offsets again once they are handed over.
+	w.mu.Lock()
+	for p, h := range w.handover {
+		if pm[p] != nil || sm[p] != nil {
+			h.final = true
+			w.handover[p] = h
+		}
+	}
+	w.mu.Unlock()
 	return handed, err
 }
 

@@ -393,6 +393,9 @@ func (m MarketWait) String() string {
 type handoverTask struct {
 	pt *processTask
 	st *stateTask
+	// final: its final offsets were committed (commitFinal), or their
+	// commit failed; the periodic commits leave it out from then on.
+	final bool
 }
 
 // recordRebalance adds the event of assignment a (prev the one before)

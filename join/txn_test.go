@@ -449,3 +449,42 @@ func TestExactlyOnceHandoverWaitsForVisibleOffsets(t *testing.T) {
 		}
 	}
 }
+
+// TestExactlyOnceCommitDuringHandover: a commit while a revoked task is
+// paused at its handover (taken out of the running tasks, its batches in
+// flight still written) holds that task's offsets with its alerts, so
+// that no transaction makes alerts visible while their offsets stay
+// behind. (Without addHandoverLocked the commit made the 3 alerts visible
+// and left notifications-0 uncommitted: a failed final commit then gave
+// them to the next owner to write again.)
+func TestExactlyOnceCommitDuringHandover(t *testing.T) {
+	w, f, b, m, ctx := newTxnRig(t)
+	s := symbolOf(t, 0, 2)
+	f.produce("market", 0, 1000, s, tickJSON(s, 1))
+	for i := range 3 {
+		f.produce("notifications", 0, int64(1100+i), s, noteJSON(fmt.Sprintf("a%d", i), s))
+	}
+	w.Assigned(ctx, m.a)
+	waitFor(t, "3 alerts in the transaction", func() bool { return b.pendingAlerts(w) == 3 })
+	// What Assigned does first when it revokes the task: take it out of
+	// the running ones (detachLocked), before its pause and final commit.
+	w.mu.Lock()
+	plan := planTasks(w.runningLocked(), wantedOf(assignment(2, nil, nil), w.cfg.Topics))
+	stop := w.detachLocked(&plan)
+	w.mu.Unlock()
+	if err := w.commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	off, visible := b.offsets["notifications"][0], len(b.visible)
+	b.mu.Unlock()
+	if visible != 3 || off != 3 {
+		t.Errorf("a commit during the handover made %d alerts visible with notifications-0 committed at %d, want 3 and 3", visible, off)
+	}
+	// The handover goes on as Assigned's would.
+	w.pause(ctx, stop.procs)
+	w.stopTasks(ctx, stop)
+	w.mu.Lock()
+	w.handover = nil
+	w.mu.Unlock()
+}
