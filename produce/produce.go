@@ -277,8 +277,11 @@ type batch struct {
 	idx       []int32         // into msgs
 	window    []int32         // of idx: the request being sent
 	buf       []byte          // its record set
-	rd        bytes.Reader    // over buf
 	err       error
+	// abandoned: a request over buf ended with a context error, so the
+	// Transport may still be writing it (it copies buf to the connection
+	// from its own goroutine): buf must not be reused (WriteMessages).
+	abandoned bool
 	rejected  []Rejected // messages refused alone (see sendEach)
 }
 
@@ -332,10 +335,16 @@ func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) err
 	}
 	defer func() {
 		for i := range c.batches {
+			if c.batches[i].abandoned {
+				// A request still being written may read a batch's
+				// buffer: leave the scratch to the garbage collector.
+				return
+			}
+		}
+		for i := range c.batches {
 			b := &c.batches[i]
 			b.msgs, b.window, b.err = nil, nil, nil // no stale references
 			b.rejected = b.rejected[:0]
-			b.rd.Reset(nil)
 		}
 		p.scratch.Put(c)
 	}()
@@ -423,7 +432,7 @@ func (p *Producer) group(ctx context.Context, c *call, msgs []kafka.Message) err
 				}
 				last = len(c.batches) - 1
 				b := &c.batches[last]
-				b.topic, b.partition, b.err = m.Topic, part, nil
+				b.topic, b.partition, b.err, b.abandoned = m.Topic, part, nil, false
 				b.idx, b.rejected = b.idx[:0], b.rejected[:0]
 			}
 		}
@@ -582,7 +591,6 @@ func (p *Producer) sendBuilt(ctx context.Context, b *batch, transactionalID stri
 		Partition:       b.partition,
 		RequiredAcks:    kafka.RequireAll,
 		TransactionalID: transactionalID,
-		RawRecords:      protocol.RawRecordSet{Reader: &b.rd},
 	}
 	where := func() string { return fmt.Sprintf("writing %d messages to %s-%d", len(b.window), b.topic, b.partition) }
 	var (
@@ -600,10 +608,15 @@ func (p *Producer) sendBuilt(ctx context.Context, b *batch, transactionalID stri
 		return nil
 	}, func(ctx context.Context) error {
 		gen = p.refreshGen.Load()
-		b.rd.Reset(b.buf)
+		// A reader of its own per attempt: an attempt that timed out may
+		// still be read by the Transport's connection goroutine.
+		req.RawRecords = protocol.RawRecordSet{Reader: bytes.NewReader(b.buf)}
 		err := p.produce(ctx, req)
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			b.abandoned = true
 		}
 		if ctx.Err() != nil {
 			return backoff.Permanent(ctx.Err())

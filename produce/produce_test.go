@@ -582,3 +582,4 @@ func TestConfigError(t *testing.T) {
 		}
 	}
 }
+
