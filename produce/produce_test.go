@@ -582,4 +582,3 @@ func TestConfigError(t *testing.T) {
 		}
 	}
 }
-
