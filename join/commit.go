@@ -137,6 +137,12 @@ func (w *Processor) addHandoverLocked(offsets map[string]map[int]int64, notifTs 
 		return
 	}
 	more, ts := w.offsetsLocked(pm, sm)
+	mergeOffsets(offsets, notifTs, more, ts)
+}
+
+// mergeOffsets adds more (and its notification timestamps ts) to offsets
+// and notifTs.
+func mergeOffsets(offsets map[string]map[int]int64, notifTs map[*stateTask]int64, more map[string]map[int]int64, ts map[*stateTask]int64) {
 	for topic, ps := range more {
 		if offsets[topic] == nil {
 			offsets[topic] = map[int]int64{}
@@ -181,14 +187,9 @@ func (w *Processor) commitStopped(ctx context.Context, procs []*processTask, sta
 	defer w.commitMu.Unlock()
 	defer w.txnPause(ctx)()
 	offsets, notifTs := w.offsetsLocked(pm, sm)
-	handed := make(map[string]map[int]int64, len(offsets))
-	for topic, ps := range offsets {
-		handed[topic] = make(map[int]int64, len(ps))
-		for p, o := range ps {
-			handed[topic][p] = o
-		}
-	}
-	w.txnAddRunning(offsets, notifTs) // exactly-once: the transaction holds their writes too
+	handed := map[string]map[int]int64{}
+	mergeOffsets(handed, nil, offsets, nil) // a copy: txnAddRunning adds to offsets
+	w.txnAddRunning(offsets, notifTs)       // exactly-once: the transaction holds their writes too
 	err := w.commitLocked(ctx, offsets, notifTs)
 	for p := range pm {
 		delete(w.committed[w.cfg.Topics.Notifications], p)

@@ -616,15 +616,5 @@ func (w *Processor) txnAddRunning(offsets map[string]map[int]int64, notifTs map[
 	w.mu.RLock()
 	more, ts := w.offsetsLocked(w.procs, w.states)
 	w.mu.RUnlock()
-	for topic, ps := range more {
-		if offsets[topic] == nil {
-			offsets[topic] = map[int]int64{}
-		}
-		for p, o := range ps {
-			offsets[topic][p] = o
-		}
-	}
-	for st, v := range ts {
-		notifTs[st] = max(notifTs[st], v)
-	}
+	mergeOffsets(offsets, notifTs, more, ts)
 }

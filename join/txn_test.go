@@ -414,14 +414,7 @@ func (b *fakeTxnBroker) visibleAlerts(t *testing.T, price func(id string) float6
 // again. (Without txnAwaitVisible, Assigned returns while the group still
 // shows the older offset.)
 func TestExactlyOnceHandoverWaitsForVisibleOffsets(t *testing.T) {
-	w, f, b, m, ctx := newTxnRig(t)
-	s := symbolOf(t, 0, 2)
-	f.produce("market", 0, 1000, s, tickJSON(s, 1))
-	for i := range 3 {
-		f.produce("notifications", 0, int64(1100+i), s, noteJSON(fmt.Sprintf("a%d", i), s))
-	}
-	w.Assigned(ctx, m.a)
-	waitFor(t, "3 alerts in the transaction", func() bool { return b.pendingAlerts(w) == 3 })
+	w, f, b, m, ctx, s := newTxnRigWithAlerts(t)
 	if err := w.commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -458,14 +451,7 @@ func TestExactlyOnceHandoverWaitsForVisibleOffsets(t *testing.T) {
 // and left notifications-0 uncommitted: a failed final commit then gave
 // them to the next owner to write again.)
 func TestExactlyOnceCommitDuringHandover(t *testing.T) {
-	w, f, b, m, ctx := newTxnRig(t)
-	s := symbolOf(t, 0, 2)
-	f.produce("market", 0, 1000, s, tickJSON(s, 1))
-	for i := range 3 {
-		f.produce("notifications", 0, int64(1100+i), s, noteJSON(fmt.Sprintf("a%d", i), s))
-	}
-	w.Assigned(ctx, m.a)
-	waitFor(t, "3 alerts in the transaction", func() bool { return b.pendingAlerts(w) == 3 })
+	w, _, b, _, ctx, _ := newTxnRigWithAlerts(t)
 	// What Assigned does first when it revokes the task: take it out of
 	// the running ones (detachLocked), before its pause and final commit.
 	w.mu.Lock()
@@ -487,4 +473,20 @@ func TestExactlyOnceCommitDuringHandover(t *testing.T) {
 	w.mu.Lock()
 	w.handover = nil
 	w.mu.Unlock()
+}
+
+// newTxnRigWithAlerts is newTxnRig with task 0 assigned and the alerts of
+// notifications a0..a2 (priced 1) in the open transaction; it returns
+// their symbol too.
+func newTxnRigWithAlerts(t *testing.T) (*Processor, *fakeFetcher, *fakeTxnBroker, *txnMemberFake, context.Context, string) {
+	t.Helper()
+	w, f, b, m, ctx := newTxnRig(t)
+	s := symbolOf(t, 0, 2)
+	f.produce("market", 0, 1000, s, tickJSON(s, 1))
+	for i := range 3 {
+		f.produce("notifications", 0, int64(1100+i), s, noteJSON(fmt.Sprintf("a%d", i), s))
+	}
+	w.Assigned(ctx, m.a)
+	waitFor(t, "3 alerts in the transaction", func() bool { return b.pendingAlerts(w) == 3 })
+	return w, f, b, m, ctx, s
 }
