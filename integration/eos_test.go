@@ -2,11 +2,13 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/joiner-dev/joiner/testsupport/oracle"
+	"github.com/joiner-dev/joiner/testsupport/testkit"
 )
 
 // The oracle scenarios under exactly-once (--processing-guarantee
@@ -69,24 +71,39 @@ func TestIntegrationExactlyOnceKill9Restart(t *testing.T) {
 // offsets are refused (KIP-447: its generation is over) or its
 // transaction was aborted by the coordinator (past the transaction
 // timeout): nothing it wrote becomes visible, and it rejoins.
+//
+// The worker is stopped while its open transaction holds alerts and no
+// commit runs: the load comes in rounds every 100 ms, so a stop at a
+// random moment often finds the transaction empty (committed since the
+// last round) or being committed, and then there is no zombie write to
+// refuse. With a 1 s commit interval, stopAfterCommitWithRecords stops it
+// within half a second after a commit, once records are in the next
+// transaction.
 func TestIntegrationExactlyOnceSIGSTOP(t *testing.T) {
 	runOracle(t, oracleScenario{workers: []string{"w1", "w2", "w3"}, exactlyOnce: true, maxDuplicates: 0,
+		args: []string{"--commit-interval", "1s"},
 		disturb: func(c *cluster, ws map[string]*worker, at func(float64)) {
 			at(0.2)
 			w := ws["w3"]
-			if err := w.signal(syscall.SIGSTOP); err != nil {
-				c.t.Fatal(err)
-			}
+			stopAfterCommitWithRecords(c.t, w)
 			time.Sleep(12 * time.Second)
 			if err := w.signal(syscall.SIGCONT); err != nil {
 				c.t.Fatal(err)
 			}
 		},
 		after: func(c *cluster, ws map[string]*worker, _ *oracle.Workload) {
-			if n := c.countLogLines("transaction aborted"); n == 0 {
-				c.t.Errorf("the worker stopped past its session aborted no transaction (no \"transaction aborted\" in the logs); w3's log tail:\n%s", tail(ws["w3"].logPath, 30))
+			// The stopped worker's open transaction is aborted once it
+			// runs again: by its commit (the offsets refused: its
+			// generation is over), by the loss of its tasks (Lost aborts
+			// what they wrote), or it was already aborted by the
+			// coordinator (past the transaction timeout) and its abort is
+			// refused as fenced. Which one comes first after SIGCONT is a
+			// race; each counts joiner_transactions_total{outcome="abort"}.
+			m := ws["w3"].metricsOf(c.t)
+			if n := m.Sum("joiner_transactions_total", `outcome="abort"`); n == 0 {
+				c.t.Errorf("the worker stopped past its session aborted no transaction (joiner_transactions_total{outcome=\"abort\"} is 0; its samples: %v); w3's log tail:\n%s", txnSamples(m), tail(ws["w3"].logPath, 30))
 			} else {
-				c.t.Logf("%d transactions aborted", n)
+				c.t.Logf("w3 aborted %v transactions (%d \"transaction aborted\" log lines, %v fenced)", n, c.countLogLines("transaction aborted"), m.Sum("joiner_producer_fenced_total"))
 			}
 			// w3 rejoins: its tasks went to others while it was stopped,
 			// and it may be in a rebalance still when the alerts are all
@@ -151,5 +168,51 @@ func TestIntegrationExactlyOnceSameInstanceTwice(t *testing.T) {
 	}
 	if !other.running() {
 		t.Errorf("the other process stopped too")
+	}
+}
+
+// txnSamples are a scrape's samples of the transaction metrics.
+func txnSamples(m testkit.Metrics) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if strings.HasPrefix(k, "joiner_transaction") || strings.HasPrefix(k, "joiner_producer_fenced") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// stopAfterCommitWithRecords sends w SIGSTOP while its open transaction
+// holds records (joiner_transaction_open_records > 0) less than half a
+// commit interval (1 s) after a commit ended, so that no commit is running
+// and none is due. A commit is seen in one scrape and the records in a
+// later one: the records gauge is reset before the commit is counted.
+func stopAfterCommitWithRecords(t *testing.T, w *worker) {
+	t.Helper()
+	url := w.net.scheme + "://" + w.addr + "/metrics"
+	commits := -1.0
+	var committedAt time.Time
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no moment within 20s with records in the transaction just after a commit", w.id)
+		}
+		m, err := testkit.Scrape(w.net.http, url)
+		if err != nil {
+			continue
+		}
+		n, records := m.Sum("joiner_transactions_total", `outcome="commit"`), m.Sum("joiner_transaction_open_records")
+		switch {
+		case n != commits:
+			if commits >= 0 {
+				committedAt = time.Now()
+			}
+			commits = n
+		case !committedAt.IsZero() && time.Since(committedAt) < 500*time.Millisecond && records > 0:
+			if err := w.signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s stopped with %v records in its open transaction, %v after a commit", w.id, records, time.Since(committedAt).Round(time.Millisecond))
+			return
+		}
 	}
 }

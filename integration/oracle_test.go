@@ -59,10 +59,10 @@ var userFields = record.Fields{Symbol: "ticker", Price: "last"}
 
 func runOracle(t *testing.T, sc oracleScenario) {
 	c := newCluster(t, partitions)
-	c.net.runFlags = append(c.net.runFlags, sc.args...)
 	if sc.exactlyOnce {
 		c.net.runFlags = append(c.net.runFlags, exactlyOnceFlags...)
 	}
+	c.net.runFlags = append(c.net.runFlags, sc.args...) // (after: a flag given again wins)
 	load := oracleLoad
 	if sc.load != nil {
 		load = *sc.load

@@ -33,6 +33,7 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 		"joiner_partition_changes_total", "joiner_market_partitions_ahead", "joiner_dead_letters_truncated_total", "joiner_dead_letters_dropped_total",
 		"joiner_output_blocked", "joiner_alert_field_conflicts_total", "joiner_ticks_late_total",
 		"joiner_transactions_total", "joiner_transaction_seconds", "joiner_producer_fenced_total",
+		"joiner_transaction_open_records",
 	} {
 		found := false
 		for _, mf := range mfs {

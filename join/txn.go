@@ -110,6 +110,7 @@ type txnMetrics struct {
 	transactions *prometheus.CounterVec // joiner_transactions_total{outcome}
 	seconds      prometheus.Histogram   // joiner_transaction_seconds
 	fenced       prometheus.Counter     // joiner_producer_fenced_total
+	open         prometheus.Gauge       // joiner_transaction_open_records
 }
 
 func newTxnMetrics(reg prometheus.Registerer) txnMetrics {
@@ -127,6 +128,10 @@ func newTxnMetrics(reg prometheus.Registerer) txnMetrics {
 		fenced: f.NewCounter(prometheus.CounterOpts{
 			Name: "joiner_producer_fenced_total",
 			Help: "Times this worker's transactional producer was fenced by a newer one with its transactional id (it is replaced, and the tasks restart from the committed offsets).",
+		}),
+		open: f.NewGauge(prometheus.GaugeOpts{
+			Name: "joiner_transaction_open_records",
+			Help: "Records (alerts and dead letters) written in the open transaction under exactly-once, not yet committed: read_committed consumers see them at its commit, never if it aborts. 0 under at-least-once.",
 		}),
 	}
 	m.transactions.WithLabelValues(TxnCommit)
@@ -149,12 +154,14 @@ type txnCommitter struct {
 	cfg  ExactlyOnce
 	gate txnGate
 
-	mu     sync.Mutex
-	p      Transactional
-	began  time.Time
-	dirty  bool  // records written in the open transaction
-	failed error // a write failed: the transaction must abort
-	rewind error // aborted; set until the tasks restarted (Lost)
+	mu    sync.Mutex
+	p     Transactional
+	began time.Time
+	dirty bool // records written in the open transaction
+	// records counts them (joiner_transaction_open_records).
+	records int
+	failed  error // a write failed: the transaction must abort
+	rewind  error // aborted; set until the tasks restarted (Lost)
 	// unopened is why no transaction is open (a Begin failed, and so did
 	// the producer's replacement): nothing is written until the next
 	// commit tick begins one.
@@ -162,6 +169,14 @@ type txnCommitter struct {
 	open     bool // a transaction is begun and not ended
 	// held are the tasks between a write and its ack (txnHold).
 	held map[*processTask]bool
+	m    *txnMetrics
+}
+
+// endedLocked records that the open transaction ended (committed or
+// aborted): none of its records is pending any more. c.mu is held.
+func (c *txnCommitter) endedLocked() {
+	c.records = 0
+	c.m.open.Set(0)
 }
 
 // EnableExactlyOnce turns exactly-once processing on (see the package
@@ -179,7 +194,7 @@ func (w *Processor) EnableExactlyOnce(cfg ExactlyOnce) error {
 	if err := cfg.Producer.Begin(); err != nil {
 		return fmt.Errorf("join: beginning the first transaction: %w", err)
 	}
-	c := &txnCommitter{cfg: cfg, p: cfg.Producer, began: time.Now(), open: true}
+	c := &txnCommitter{cfg: cfg, p: cfg.Producer, began: time.Now(), open: true, m: &w.metrics.txn}
 	w.eos.c = c
 	w.writer = c
 	return nil
@@ -194,6 +209,8 @@ func (c *txnCommitter) WriteMessages(ctx context.Context, msgs ...kafka.Message)
 	p, bad := c.p, c.unusableLocked()
 	if bad == nil {
 		c.dirty = true
+		c.records += len(msgs)
+		c.m.open.Set(float64(c.records))
 	}
 	c.mu.Unlock()
 	if bad != nil {
@@ -371,11 +388,12 @@ func (c *txnCommitter) commit(ctx context.Context, w *Processor, offsets map[str
 	if err := p.Commit(ctx); err != nil {
 		return c.abort(ctx, w, fmt.Errorf("committing the transaction: %w", err))
 	}
-	w.metrics.txn.transactions.WithLabelValues(TxnCommit).Inc()
 	c.mu.Lock()
 	w.metrics.txn.seconds.Observe(time.Since(c.began).Seconds())
 	c.dirty, c.open = false, false
+	c.endedLocked()
 	c.mu.Unlock()
+	w.metrics.txn.transactions.WithLabelValues(TxnCommit).Inc() // (after: a scrape that sees it sees the records gauge at 0)
 	if err := c.begin(ctx, w); err != nil {
 		return err
 	}
@@ -478,6 +496,7 @@ func (c *txnCommitter) abort(ctx context.Context, w *Processor, cause error) err
 	}
 	c.mu.Lock()
 	c.dirty, c.failed = false, nil
+	c.endedLocked()
 	c.mu.Unlock()
 	if m, ok := w.member.(txnMember); ok && !w.shuttingDown() {
 		// (At shutdown the tasks stop anyway: their next owners start
@@ -513,11 +532,16 @@ func (w *Processor) txnLost(ctx context.Context) {
 			_ = c.replace(ctx, w)
 		} else if err != nil {
 			w.log.Warn("exactly-once: aborting the transaction of the lost tasks failed", "err", err)
+		} else {
+			w.log.Info("exactly-once: the lost tasks' transaction aborted; their next owners start from the committed offsets")
 		}
 		open = false
 	}
 	c.mu.Lock()
 	c.dirty, c.failed, c.rewind, c.open = false, nil, nil, open
+	if !open {
+		c.endedLocked()
+	}
 	c.mu.Unlock()
 	if !open {
 		_ = c.begin(ctx, w) // on failure, the next commit tick begins one

@@ -295,8 +295,14 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 			}
 			w.Assigned(ctx, m.a)
 			waitFor(t, "5 alerts in the transaction", func() bool { return b.pendingAlerts(w) == 5 })
+			if v := gaugeValue(t, w.metrics.txn.open); v != 5 {
+				t.Errorf("joiner_transaction_open_records = %v with 5 alerts in the transaction, want 5", v)
+			}
 			if err := w.commit(ctx); err != nil {
 				t.Fatal(err)
+			}
+			if v := gaugeValue(t, w.metrics.txn.open); v != 0 {
+				t.Errorf("joiner_transaction_open_records = %v after the commit, want 0", v)
 			}
 			if n := len(b.alerts()); n != 5 {
 				t.Fatalf("%d alerts visible after the first commit, want 5", n)
@@ -310,6 +316,9 @@ func TestExactlyOnceAbortRewinds(t *testing.T) {
 			b.mu.Unlock()
 			if err := w.commit(ctx); err == nil {
 				t.Fatal("the failed commit returned no error")
+			}
+			if v := gaugeValue(t, w.metrics.txn.open); v != 0 && b.pendingAlerts(w) == 0 {
+				t.Errorf("joiner_transaction_open_records = %v after the abort, with nothing written since, want 0", v)
 			}
 			// The tasks restart from notifications-0 at 5 and write the
 			// b alerts again, in a new transaction.

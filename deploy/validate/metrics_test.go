@@ -75,9 +75,10 @@ var exported = map[string]string{
 	"joiner_ticks_late_total":            "counter",
 	// Exactly-once processing (issue 21), exported at 0 under
 	// at-least-once.
-	"joiner_transactions_total":    "counter",
-	"joiner_transaction_seconds":   "histogram",
-	"joiner_producer_fenced_total": "counter",
+	"joiner_transactions_total":       "counter",
+	"joiner_transaction_seconds":      "histogram",
+	"joiner_producer_fenced_total":    "counter",
+	"joiner_transaction_open_records": "gauge",
 }
 
 var (
