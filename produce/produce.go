@@ -90,8 +90,8 @@
 // Errors, as the Java producer classifies them:
 //
 //	error                                   on                      result
-//	CONCURRENT_TRANSACTIONS,                coordinator requests    retried with Backoff, up to Attempts
-//	  COORDINATOR_LOAD_IN_PROGRESS,
+//	CONCURRENT_TRANSACTIONS                 coordinator requests    retried after 2-20 ms, for up to 30 s
+//	COORDINATOR_LOAD_IN_PROGRESS,           coordinator requests    retried with Backoff, up to Attempts
 //	  COORDINATOR_NOT_AVAILABLE,
 //	  NOT_COORDINATOR, REQUEST_TIMED_OUT,
 //	  network errors

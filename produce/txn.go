@@ -267,33 +267,58 @@ func (p *Producer) roundTrip(ctx context.Context, msg protocol.Message) (protoco
 // classifyTxn says is retriable, with backoff, up to Attempts. call
 // returns the request's error (a kafka.Error from the response's error
 // code, or a network error).
+//
+// CONCURRENT_TRANSACTIONS is the exception: the coordinator is still
+// writing the previous transaction's markers, which takes milliseconds,
+// so it is retried after concurrentTxnBackoff (2 ms doubling to 20 ms, as
+// Kafka's Java producer retries AddPartitionsToTxn after 20 ms rather
+// than retry.backoff.ms), for up to concurrentTxnPatience, without
+// counting against Attempts. With the default 50 ms backoff every
+// transaction that began right after a commit waited 50 ms or more.
 func (p *Producer) coordinate(ctx context.Context, what string, op opKind, call func(context.Context) error) error {
-	var stopped error // an error that already says what
-	err := backoff.Do(ctx, p.backoff, func(attempt int, err error, _ time.Duration) error {
-		if attempt+1 >= p.attempts {
-			return fmt.Errorf("giving up after %d attempts: %w", attempt+1, err)
-		}
-		return nil
-	}, func(ctx context.Context) error {
+	slow, fast := backoff.Retry{Policy: p.backoff}, backoff.Retry{Policy: concurrentTxnBackoff}
+	var concurrentSince time.Time
+	for attempts := 0; ; {
 		err := call(ctx)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return backoff.Permanent(ctx.Err())
+			return fmt.Errorf("%s: %w (last attempt: %w)", what, ctx.Err(), err)
 		}
 		if kind, _ := classifyTxn(err, op); kind != txnRetry {
-			stopped = wrapTxn(kind, what, err)
+			stopped := wrapTxn(kind, what, err)
 			p.txn.fail(kind, stopped)
-			return backoff.Permanent(stopped)
+			return stopped
 		}
-		return err
-	})
-	if err == nil || stopped != nil {
-		return err
+		var d time.Duration
+		if errors.Is(err, kafka.ConcurrentTransactions) {
+			if concurrentSince.IsZero() {
+				concurrentSince = time.Now()
+			}
+			if time.Since(concurrentSince) >= concurrentTxnPatience {
+				return fmt.Errorf("%s: giving up after %v of CONCURRENT_TRANSACTIONS: %w", what, concurrentTxnPatience, err)
+			}
+			d = fast.Next()
+		} else {
+			attempts++
+			if attempts >= p.attempts {
+				return fmt.Errorf("%s: giving up after %d attempts: %w", what, attempts, err)
+			}
+			d = slow.Next()
+		}
+		if serr := backoff.Sleep(ctx, d); serr != nil {
+			return fmt.Errorf("%s: %w (last attempt: %w)", what, serr, err)
+		}
 	}
-	return fmt.Errorf("%s: %w", what, err)
 }
+
+// concurrentTxnBackoff and concurrentTxnPatience are coordinate's retries
+// of CONCURRENT_TRANSACTIONS.
+var (
+	concurrentTxnBackoff  = backoff.Policy{Min: 2 * time.Millisecond, Max: 20 * time.Millisecond}
+	concurrentTxnPatience = 30 * time.Second
+)
 
 // codeErr is the error of a response's error code, nil for 0.
 func codeErr(code int16) error {
