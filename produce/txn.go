@@ -76,6 +76,13 @@ type txnState struct {
 	abortable error // set inside a transaction that must abort
 	added     map[topicPartition]bool
 	groups    map[string]bool
+	// prevAdded and prevGroups are what the last committed transaction
+	// added: the next one adds them with its first AddPartitionsToTxn
+	// (and AddOffsetsToTxn right after it), so that a steady stream of
+	// transactions sends one AddPartitionsToTxn each and none on the
+	// commit path.
+	prevAdded  []topicPartition
+	prevGroups []string
 	// seqs holds each partition's next sequence number for pid/epoch.
 	seqs map[topicPartition]*partitionSeq
 }
@@ -413,6 +420,18 @@ func (p *Producer) Begin() error {
 	return nil
 }
 
+// remember keeps what the transaction that just committed added, for the
+// next one (prevAdded, prevGroups). s.mu is held.
+func (s *txnState) remember() {
+	s.prevAdded, s.prevGroups = s.prevAdded[:0], s.prevGroups[:0]
+	for tp := range s.added {
+		s.prevAdded = append(s.prevAdded, tp)
+	}
+	for g := range s.groups {
+		s.prevGroups = append(s.prevGroups, g)
+	}
+}
+
 // usable says why call cannot go on in the open transaction: the
 // producer is fenced, no transaction is open, or it must abort. s.mu is
 // held.
@@ -440,17 +459,34 @@ func (p *Producer) addPartitions(ctx context.Context, c *call) error {
 	}
 	topics := map[string][]int32{}
 	var tps []topicPartition
-	for i := range c.batches {
-		tp := topicPartition{c.batches[i].topic, c.batches[i].partition}
-		if !s.added[tp] {
+	want := map[topicPartition]bool{}
+	add := func(tp topicPartition) {
+		if !s.added[tp] && !want[tp] {
+			want[tp] = true
 			topics[tp.topic] = append(topics[tp.topic], int32(tp.partition))
 			tps = append(tps, tp)
 		}
+	}
+	for i := range c.batches {
+		add(topicPartition{c.batches[i].topic, c.batches[i].partition})
+	}
+	var groups []string
+	if len(tps) > 0 {
+		// The first partitions of this transaction: those of the last
+		// one are likely written again, so they are added with them.
+		for _, tp := range s.prevAdded {
+			add(tp)
+		}
+		s.prevAdded = s.prevAdded[:0]
+		groups, s.prevGroups = s.prevGroups, nil
 	}
 	pid, epoch := s.pid, s.epoch
 	s.mu.Unlock()
 	if len(tps) == 0 {
 		return nil
+	}
+	for _, ps := range topics {
+		slices.Sort(ps)
 	}
 	req := &addpartitionstotxn.Request{TransactionalID: s.id, ProducerID: pid, ProducerEpoch: epoch}
 	for _, topic := range sortedKeys(topics) {
@@ -480,6 +516,41 @@ func (p *Producer) addPartitions(ctx context.Context, c *call) error {
 	for _, tp := range tps {
 		s.added[tp] = true
 	}
+	s.mu.Unlock()
+	for _, g := range groups {
+		if err := p.addOffsets(ctx, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addOffsets adds group's offsets to the open transaction
+// (AddOffsetsToTxn), once per transaction.
+func (p *Producer) addOffsets(ctx context.Context, group string) error {
+	s := p.txn
+	s.mu.Lock()
+	if err := s.usable("SendOffsets"); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	pid, epoch, added := s.pid, s.epoch, s.groups[group]
+	s.mu.Unlock()
+	if added {
+		return nil
+	}
+	err := p.coordinate(ctx, fmt.Sprintf("produce: AddOffsetsToTxn for group %q", group), opCoordinator, func(ctx context.Context) error {
+		m, err := p.roundTrip(ctx, &addoffsetstotxn.Request{TransactionalID: s.id, ProducerID: pid, ProducerEpoch: epoch, GroupID: group})
+		if err != nil {
+			return err
+		}
+		return codeErr(m.(*addoffsetstotxn.Response).ErrorCode)
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.groups[group] = true
 	s.mu.Unlock()
 	return nil
 }
@@ -513,22 +584,10 @@ func (p *Producer) SendOffsets(ctx context.Context, group string, generation int
 		s.mu.Unlock()
 		return err
 	}
-	pid, epoch, added := s.pid, s.epoch, s.groups[group]
+	pid, epoch := s.pid, s.epoch
 	s.mu.Unlock()
-	if !added {
-		err := p.coordinate(ctx, fmt.Sprintf("produce: AddOffsetsToTxn for group %q", group), opCoordinator, func(ctx context.Context) error {
-			m, err := p.roundTrip(ctx, &addoffsetstotxn.Request{TransactionalID: s.id, ProducerID: pid, ProducerEpoch: epoch, GroupID: group})
-			if err != nil {
-				return err
-			}
-			return codeErr(m.(*addoffsetstotxn.Response).ErrorCode)
-		})
-		if err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.groups[group] = true
-		s.mu.Unlock()
+	if err := p.addOffsets(ctx, group); err != nil {
+		return err
 	}
 	byTopic := map[string][]txnoffsetcommit.RequestPartition{}
 	for _, o := range offsets {
@@ -606,6 +665,11 @@ func (p *Producer) end(ctx context.Context, commit bool) error {
 	}
 	s.mu.Lock()
 	s.inTxn, s.abortable = false, nil
+	if commit && !empty {
+		s.remember()
+	} else if !commit {
+		s.prevAdded, s.prevGroups = s.prevAdded[:0], nil
+	}
 	s.mu.Unlock()
 	if bump {
 		return p.initProducerID(ctx, pid, epoch)

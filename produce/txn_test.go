@@ -940,3 +940,85 @@ func TestTxnRejectedRecord(t *testing.T) {
 		t.Errorf("read_committed: %q, want %q", got, want)
 	}
 }
+
+// A transaction adds, with its first AddPartitionsToTxn, the partitions
+// the last committed one wrote, and its group right after
+// (AddOffsetsToTxn): in a steady stream of transactions each sends one
+// AddPartitionsToTxn, and a commit sends only TxnOffsetCommit and EndTxn.
+func TestTxnAddsTheLastTransactionsPartitionsFirst(t *testing.T) {
+	e := kfakeEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topic, group, gen, member := e.txnGroup(t)
+	other := e.topic(t, 1)
+	p := e.transactional(ctx, t, topic+"-txn", Config{})
+	var mu sync.Mutex
+	var seen []string
+	for _, k := range []kmsg.Key{kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit, kmsg.EndTxn} {
+		e.kfake.ControlKey(int16(k), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			e.kfake.KeepControl()
+			s := k.Name()
+			if r, ok := req.(*kmsg.AddPartitionsToTxnRequest); ok {
+				var tps []string
+				for _, rt := range r.Topics {
+					for _, p := range rt.Partitions {
+						tps = append(tps, fmt.Sprintf("%s-%d", rt.Topic, p))
+					}
+				}
+				for _, tx := range r.Transactions {
+					for _, rt := range tx.Topics {
+						for _, p := range rt.Partitions {
+							tps = append(tps, fmt.Sprintf("%s-%d", rt.Topic, p))
+						}
+					}
+				}
+				slices.Sort(tps)
+				s += fmt.Sprint(tps)
+			}
+			mu.Lock()
+			seen = append(seen, s)
+			mu.Unlock()
+			return nil, nil, false
+		})
+	}
+	took := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		s := seen
+		seen = nil
+		return s
+	}
+	both := []string{topic + "-0", other + "-0"}
+	slices.Sort(both)
+	steady := []string{fmt.Sprintf("AddPartitionsToTxn%v", both), "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn"}
+	for i, want := range [][]string{
+		{"AddPartitionsToTxn[" + topic + "-0]", "AddPartitionsToTxn[" + other + "-0]", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn"},
+		steady, steady,
+	} {
+		if err := p.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range []string{topic, other} {
+			if err := p.WriteMessages(ctx, messages(tp, fmt.Sprintf("t%d", i), 0, 1, 2)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.SendOffsets(ctx, group, gen, member, "", []Offset{{Topic: topic, Partition: 0, Offset: int64(2 * (i + 1))}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := took(); !slices.Equal(got, want) {
+			t.Errorf("transaction %d sent %q, want %q", i+1, got, want)
+		}
+	}
+	if got := e.committed(t, group, topic, 0, 6); got != 6 {
+		t.Errorf("the group's offset is %d, want 6", got)
+	}
+	for _, tp := range []string{topic, other} {
+		if n := len(e.batches(t, tp, 0)); n < 3 {
+			t.Errorf("%s-0 holds %d batches, want the 3 transactions' (and their markers)", tp, n)
+		}
+	}
+}
