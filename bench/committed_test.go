@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -96,6 +97,24 @@ func TestCommittedCount(t *testing.T) {
 		want := slices.Sorted(slices.Values(tc.want))
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: read %q; want %q", tc.topic, got, want)
+		}
+		// Markers: two commits per partition of eos (the abort's marker is
+		// not one), none of alo; each commit marker comes after the
+		// records of its transaction.
+		markers, since := map[int]int{}, map[int]int{}
+		err := b.readAllMarked(ctx, tc.topic, 2, func(p int, _ time.Time, _ []byte) { since[p]++ }, func(p int, _ time.Time) {
+			if since[p] == 0 {
+				t.Errorf("%s-%d: a commit marker with no record before it since the last", tc.topic, p)
+			}
+			markers[p]++
+			since[p] = 0
+		})
+		if err != nil {
+			t.Fatalf("%s: readAllMarked: %v", tc.topic, err)
+		}
+		wantMarkers := map[string]map[int]int{"eos": {0: 2, 1: 2}, "alo": {}}[tc.topic]
+		if !maps.Equal(markers, wantMarkers) {
+			t.Errorf("%s: commit markers per partition %v, want %v", tc.topic, markers, wantMarkers)
 		}
 		if _, _, on, err := b.outputSpan(ctx, tc.topic, 2); err != nil || on != n {
 			t.Errorf("%s: outputSpan counted %d records (%v); want %d", tc.topic, on, err, n)

@@ -181,9 +181,10 @@ type latencyRound struct {
 }
 
 // latency runs one worker under a steady interleaved load and measures,
-// for every notification, its alert's append time minus the
+// for every notification, the time its alert became visible minus the
 // notification's own append time (both topics use LogAppendTime, so the
-// latter is when Kafka acknowledged it).
+// latter is when Kafka acknowledged it): the alert's append time, or
+// under exactly-once the append time of its transaction's commit marker.
 // With more than one --latency-guarantees, their rounds are interleaved.
 // The alerts are read read_committed, right for both guarantees.
 func (b *bench) latency(ctx context.Context) error {
@@ -277,17 +278,37 @@ func (b *bench) latencyOnce(ctx context.Context, round int, guarantee string) (l
 	}
 	cutoff := began.Add(time.Duration(c.latencyWarmup * float64(time.Second))).UnixMilli()
 	var lat []float64
-	err = b.readAll(ctx, alerts, c.partitions, func(_ int, ts time.Time, v []byte) {
+	// Under exactly-once an alert becomes visible (to read_committed
+	// consumers) when its transaction commits: its latency ends at the
+	// append time of the commit marker that follows it in its partition,
+	// not at its own.
+	eos := guarantee == exactlyOnce
+	pending := make([][]int64, c.partitions) // notifications' acks of the alerts before the next marker
+	err = b.readAllMarked(ctx, alerts, c.partitions, func(p int, ts time.Time, v []byte) {
 		n, err := record.DecodeNotification(v, 0)
 		if err != nil {
 			return
 		}
 		if at, ok := acked[n.ID]; ok && at >= cutoff {
+			if eos {
+				pending[p] = append(pending[p], at)
+				return
+			}
 			lat = append(lat, float64(ts.UnixMilli()-at))
 		}
+	}, func(p int, ts time.Time) {
+		for _, at := range pending[p] {
+			lat = append(lat, float64(ts.UnixMilli()-at))
+		}
+		pending[p] = pending[p][:0]
 	})
 	if err != nil {
 		return r, err
+	}
+	for p, left := range pending {
+		if len(left) > 0 {
+			return r, fmt.Errorf("%s-%d: %d alerts read read_committed with no commit marker after them", alerts, p, len(left))
+		}
 	}
 	slices.Sort(lat)
 	r.Samples = len(lat)

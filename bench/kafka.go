@@ -139,7 +139,7 @@ func (b *bench) countCommitted(ctx context.Context, topic string, c *committedCo
 	if err != nil {
 		return err
 	}
-	next, err := b.readRange(ctx, topic, c.next, ends, func(int, time.Time, []byte) { c.n++ })
+	next, err := b.readRange(ctx, topic, c.next, ends, func(int, time.Time, []byte) { c.n++ }, nil)
 	if err != nil {
 		return err
 	}
@@ -150,11 +150,18 @@ func (b *bench) countCommitted(ctx context.Context, topic string, c *committedCo
 // readAll calls each for every data record of topic up to the last stable
 // offsets taken now, read read_committed (see readRange).
 func (b *bench) readAll(ctx context.Context, topic string, partitions int, each func(p int, ts time.Time, value []byte)) error {
+	return b.readAllMarked(ctx, topic, partitions, each, nil)
+}
+
+// readAllMarked is readAll that also calls committed with the append time
+// of every commit marker (a transaction's end in partition p: the data
+// records of p passed since the last marker became visible then).
+func (b *bench) readAllMarked(ctx context.Context, topic string, partitions int, each func(p int, ts time.Time, value []byte), committed func(p int, ts time.Time)) error {
 	ends, err := b.stableOffsets(ctx, topic, partitions)
 	if err != nil {
 		return err
 	}
-	_, err = b.readRange(ctx, topic, make([]int64, partitions), ends, each)
+	_, err = b.readRange(ctx, topic, make([]int64, partitions), ends, each, committed)
 	return err
 }
 
@@ -168,7 +175,7 @@ func (b *bench) readAll(ctx context.Context, topic string, partitions int, each 
 // that a partition whose last records are a transaction's marker is seen
 // to its end: a partition is read when a record at ends[p]-1 or later
 // came.
-func (b *bench) readRange(ctx context.Context, topic string, from, ends []int64, each func(p int, ts time.Time, value []byte)) ([]int64, error) {
+func (b *bench) readRange(ctx context.Context, topic string, from, ends []int64, each func(p int, ts time.Time, value []byte), committed func(p int, ts time.Time)) ([]int64, error) {
 	next := slices.Clone(from)
 	offsets := map[int32]kgo.Offset{}
 	for p, end := range ends {
@@ -203,8 +210,12 @@ func (b *bench) readRange(ctx context.Context, topic string, from, ends []int64,
 			if r.Offset < next[p] || next[p] >= ends[p] {
 				return
 			}
-			if !r.Attrs.IsControl() && r.Offset < ends[p] {
+			switch {
+			case r.Offset >= ends[p]:
+			case !r.Attrs.IsControl():
 				each(p, r.Timestamp, r.Value)
+			case committed != nil && isCommitMarker(r.Key):
+				committed(p, r.Timestamp)
 			}
 			next[p] = min(r.Offset+1, ends[p])
 			if next[p] >= ends[p] {
@@ -227,4 +238,10 @@ func (b *bench) outputSpan(ctx context.Context, topic string, partitions int) (f
 		n++
 	})
 	return first, last, n, err
+}
+
+// isCommitMarker reports whether a control record's key is a commit
+// marker's: version int16, then type int16 (0 abort, 1 commit).
+func isCommitMarker(key []byte) bool {
+	return len(key) >= 4 && key[2] == 0 && key[3] == 1
 }
