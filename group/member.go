@@ -122,7 +122,7 @@ func (m *Member) Current() (Assignment, bool) {
 //
 // Sequencing, all on Run's goroutine: after each SyncGroup, the new
 // generation becomes the one Commit uses, then Handler.Assigned is called,
-// then heartbeats start. When a heartbeat reports a rebalance, heartbeats
+// with heartbeats kept up while it runs (assign), then heartbeats go on. When a heartbeat reports a rebalance, heartbeats
 // stop, Handler.Rebalancing is called, and the member rejoins; the tasks
 // keep running, and Commit keeps using the old generation, which the
 // coordinator accepts while it prepares the rebalance, until the JoinGroup
@@ -216,9 +216,10 @@ func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord 
 	m.lastAlive = time.Now()
 	m.mu.Unlock()
 
-	m.cfg.Handler.Assigned(ctx, a)
-	var err error
-	if revoked := revokedTasks(prev, a); wasLive && len(revoked) > 0 {
+	// A non-nil err: the generation ended while Assigned ran (a rebalance
+	// began, or the membership is gone).
+	err := m.assign(ctx, a, memberID, coord)
+	if revoked := revokedTasks(prev, a); err == nil && wasLive && len(revoked) > 0 {
 		// Cooperative handover, second phase: the handler has stopped
 		// and committed the revoked tasks; rejoining changes this
 		// member's subscription, so the coordinator rebalances and the
@@ -226,7 +227,7 @@ func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord 
 		m.log.Info("group: tasks revoked and stopped; rejoining at once so that their new owners get them",
 			"generation", a.Generation, "revoked", revoked)
 		err = errRevoked
-	} else {
+	} else if err == nil {
 		err = m.heartbeat(ctx, a, memberID, coord)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RebalanceTimeout)
@@ -241,6 +242,60 @@ func (m *Member) hold(ctx context.Context, a Assignment, memberID string, coord 
 		m.dropGeneration() // cancelled: Run leaves
 	}
 	return err
+}
+
+// assign calls Handler.Assigned with heartbeats kept up meanwhile (every
+// HeartbeatInterval, on their own goroutine, which assign stops and waits
+// for): an Assigned that opens and restores many tasks may take longer
+// than the session timeout, and without them the coordinator would drop
+// the member before its first heartbeat (a worker with 2,048 tasks lost
+// its membership after every assignment). It returns what ended the
+// generation meanwhile: kafka.RebalanceInProgress (the heartbeats go on
+// until Assigned returns, keeping the session, and the member then
+// rejoins), or the error of a lost membership; nil otherwise.
+func (m *Member) assign(ctx context.Context, a Assignment, memberID string, coord net.Addr) error {
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.keepAlive(hctx, a.Generation, memberID, coord) }()
+	m.cfg.Handler.Assigned(ctx, a)
+	cancel()
+	return <-done
+}
+
+// keepAlive heartbeats every HeartbeatInterval until ctx ends (assign's
+// heartbeats). It returns at once when the membership is lost, and
+// remembers a rebalance (returned when ctx ends) while heartbeating on.
+func (m *Member) keepAlive(ctx context.Context, gen int32, memberID string, coord net.Addr) error {
+	tick := time.NewTicker(m.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	lastOK := time.Now()
+	var rebalancing error
+	for {
+		select {
+		case <-ctx.Done():
+			return rebalancing
+		case <-tick.C:
+		}
+		err := m.sendHeartbeat(ctx, gen, memberID, coord)
+		switch {
+		case err == nil:
+			lastOK = time.Now()
+			m.alive()
+		case ctx.Err() != nil:
+			return rebalancing
+		case errors.Is(err, kafka.RebalanceInProgress):
+			lastOK = time.Now()
+			m.alive()
+			if rebalancing == nil {
+				m.log.Info("group: rebalance started while the assignment was applied; rejoining once it is", "generation", gen)
+			}
+			rebalancing = err
+		case classify(err) != actBackoff:
+			return err
+		case time.Since(lastOK) >= m.cfg.SessionTimeout:
+			return fmt.Errorf("%w: %w", errSessionLost, err)
+		}
+	}
 }
 
 // revokedTasks returns the tasks (partitions of any topic) of prev that a

@@ -865,3 +865,40 @@ func TestLeaveAfterTheCoordinatorDroppedTheMember(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowAssignedKeepsTheSession: an Assigned that takes three session
+// timeouts (a worker opening thousands of task stores) keeps the
+// membership: heartbeats go on while it runs, so the member is neither
+// dropped nor told its tasks are lost, and its generation stays.
+func TestSlowAssignedKeepsTheSession(t *testing.T) {
+	addrs := newCluster(t)
+	var slow atomic.Bool
+	slow.Store(true)
+	m := startMember(t, addrs, "w1", nil)
+	m.rec.mu.Lock()
+	m.rec.onAssigned = func(ctx context.Context, a Assignment) {
+		if slow.CompareAndSwap(true, false) {
+			select {
+			case <-time.After(3 * m.cfg.SessionTimeout):
+			case <-ctx.Done():
+			}
+		}
+	}
+	m.rec.mu.Unlock()
+	waitFor(t, 20*time.Second, "the slow first assignment", func() bool { n, _ := m.rec.counts(); return n >= 1 })
+	first, _ := m.Current()
+	time.Sleep(2 * m.cfg.SessionTimeout)
+	m.rec.mu.Lock()
+	lost := slices.Clone(m.rec.lost)
+	assigned := len(m.rec.assigned)
+	m.rec.mu.Unlock()
+	if len(lost) > 0 {
+		t.Errorf("the member lost its tasks after a slow Assigned: %v", lost)
+	}
+	if now, _ := m.Current(); now.Generation != first.Generation || assigned != 1 {
+		t.Errorf("generation %d and %d assignments two session timeouts after the slow Assigned; want generation %d and 1", now.Generation, assigned, first.Generation)
+	}
+	if !m.Active() {
+		t.Error("the member is not Active after the slow Assigned")
+	}
+}
