@@ -88,7 +88,7 @@ func (t *processTask) runMerged(ctx, fctx context.Context, wg *sync.WaitGroup, s
 	w := t.env
 	mCh := w.prefetch(fctx, wg, w.reader(w.topics.Market, t.p, st.resumeAt), 1, log)
 	m := newMerger(t, st)
-	m.free = make(chan *encoded, outboxDepth+2)
+	m.free = make(chan *encoded, w.outboxDepth()+2)
 	m.out = t.startOutbox(fctx, wg, m.free)
 	// The first fetch comes before any later one (nr is headStart's until
 	// it has answered), and its end check is taken as if it had been asked

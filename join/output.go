@@ -669,7 +669,22 @@ type chunk struct {
 
 // outboxDepth is how many joined chunks may wait for the writer: the merge
 // joins ahead while the oldest is written, and blocks past that.
-const outboxDepth = 4
+// eosOutboxDepth is the depth under exactly-once, where every commit
+// pauses the writes for its round trips (txnPause): the merge goes on
+// joining through a commit instead of stopping 4 chunks in.
+const (
+	outboxDepth    = 4
+	eosOutboxDepth = 16
+)
+
+// outboxDepth is the task's outbox depth (outboxDepth, or eosOutboxDepth
+// under exactly-once).
+func (e *taskEnv) outboxDepth() int {
+	if e.eos.c != nil {
+		return eosOutboxDepth
+	}
+	return outboxDepth
+}
 
 // startOutbox starts the task's writer goroutine (owned by wg, stopped by
 // ctx): it writes the chunks in order, waits for each acknowledgement,
@@ -678,7 +693,8 @@ const outboxDepth = 4
 // reuse. Chunks not written when ctx ends are dropped unacknowledged: they
 // are read again by whoever processes the task next.
 func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup, free chan<- *encoded) chan<- chunk {
-	ch := make(chan chunk, outboxDepth)
+	depth := t.env.outboxDepth()
+	ch := make(chan chunk, depth)
 	wg.Add(1)
 	go func() {
 		var (
@@ -707,7 +723,7 @@ func (t *processTask) startOutbox(ctx context.Context, wg *sync.WaitGroup, free 
 				// grow instead of the queue.
 				batches, dead = append(batches[:0], c.alerts), append(dead[:0], c.dead...)
 			more:
-				for len(batches) < outboxDepth {
+				for len(batches) < depth {
 					select {
 					case d := <-ch:
 						batches, dead = append(batches, d.alerts), append(dead, d.dead...)
