@@ -48,6 +48,15 @@ failed_output() {
 		END {
 			for (t in failed) {
 				if (!(t in n)) continue
+				# Its own t.Log and t.Error lines first: a dump of worker
+				# logs after them would push them out of the last 200.
+				k = 0
+				for (i = 1; i <= n[t] && k < 100; i++) {
+					if (line[t, i] ~ /^    [A-Za-z0-9_.]+\.go:[0-9]+: /) {
+						if (k++ == 0) print "--- " t ": its test lines ---"
+						print line[t, i]
+					}
+				}
 				print "--- output of " t " (its last 200 lines) ---"
 				for (i = (n[t] > 200 ? n[t] - 199 : 1); i <= n[t]; i++) print line[t, i]
 			}

@@ -20,7 +20,7 @@ func TestCISummary(t *testing.T) {
 	files := map[string]string{
 		"go.mod":      "module x\n\ngo 1.26\n",
 		"a/a_test.go": "package a\nimport \"testing\"\nfunc TestA(t *testing.T) { t.Run(\"s\", func(t *testing.T) { t.Skip(\"later\") }) }\nfunc TestB(t *testing.T) { t.Log(\"--- PASS: not a result\") }\n",
-		"b/b_test.go": "package b\nimport \"testing\"\nfunc TestF(t *testing.T) { t.Fatal(\"boom\") }\n",
+		"b/b_test.go": "package b\nimport (\"strings\"; \"testing\")\nfunc TestF(t *testing.T) {\n\tt.Error(\"the cause\")\n\tt.Log(\"a dump of logs:\\n\" + strings.Repeat(\"a log line\\n\", 300))\n\tt.Fatal(\"boom\")\n}\n",
 		"c/c.go":      "package c\n",
 	}
 	for name, body := range files {
@@ -59,8 +59,13 @@ func TestCISummary(t *testing.T) {
 		if strings.Contains(string(out), "not reached") {
 			t.Errorf("%s: went on after a failed step\n%s", tc.name, out)
 		}
-		if tc.fails && !strings.Contains(string(out), "--- output of TestF (its last 200 lines) ---\n    b_test.go:3: boom\n") {
+		if tc.fails && (!strings.Contains(string(out), "--- output of TestF (its last 200 lines) ---\n") || !strings.Contains(string(out), "    b_test.go:6: boom\n")) {
 			t.Errorf("%s: the failed test's own output is not shown\n%s", tc.name, out)
+		}
+		// Its t.Error line, which the dump pushed out of the last 200,
+		// is shown before them.
+		if tc.fails && !strings.Contains(string(out), "--- TestF: its test lines ---\n    b_test.go:4: the cause\n    b_test.go:5: a dump of logs:\n    b_test.go:6: boom\n--- output of TestF") {
+			t.Errorf("%s: the failed test's own lines are not shown first\n%s", tc.name, out)
 		}
 		if tc.name == "teardown" && !strings.Contains(string(out), "teardown\n\n== summary") {
 			t.Errorf("teardown: the summary does not come after the teardown\n%s", out)
