@@ -211,7 +211,7 @@ func TestOutboxChunksHoldTheGate(t *testing.T) {
 		nbuf = append(nbuf, recAt(int64(i), 1000+i, fmt.Sprintf(`{"id":"n%d","symbol":"BBCA"}`, i)))
 	}
 	m := merger{t: pt, st: pt.st, nbuf: nbuf, force: true}
-	m.free = make(chan *encoded, outboxDepth+2) // buffers are reused after their write
+	m.free = make(chan *encoded, alcOutboxDepth+2) // buffers are reused after their write
 	m.out = pt.startOutbox(ctx, &wg, m.free)
 	if err := pt.gate.enter(ctx); err != nil {
 		t.Fatal(err)

@@ -667,23 +667,23 @@ type chunk struct {
 	ts     int64
 }
 
-// outboxDepth is how many joined chunks may wait for the writer: the merge
+// alcOutboxDepth is how many joined chunks may wait for the writer: the merge
 // joins ahead while the oldest is written, and blocks past that.
 // eosOutboxDepth is the depth under exactly-once, where every commit
 // pauses the writes for its round trips (txnPause): the merge goes on
 // joining through a commit instead of stopping 4 chunks in.
 const (
-	outboxDepth    = 4
+	alcOutboxDepth = 4
 	eosOutboxDepth = 16
 )
 
-// outboxDepth is the task's outbox depth (outboxDepth, or eosOutboxDepth
+// outboxDepth is the task's outbox depth (alcOutboxDepth, or eosOutboxDepth
 // under exactly-once).
 func (e *taskEnv) outboxDepth() int {
 	if e.eos.c != nil {
 		return eosOutboxDepth
 	}
-	return outboxDepth
+	return alcOutboxDepth
 }
 
 // startOutbox starts the task's writer goroutine (owned by wg, stopped by
