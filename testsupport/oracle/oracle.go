@@ -555,6 +555,9 @@ type Report struct {
 	WrongIDs []string
 	// Examples of wrong or differing alerts, a few at most.
 	Examples []string
+	// CompletedAt is when WaitComplete read the last missing alert (zero
+	// if it did not: some are lost).
+	CompletedAt time.Time
 }
 
 func (r Report) String() string {
@@ -811,21 +814,51 @@ func (r *AlertReader) Poll(ctx context.Context) error {
 func (r *AlertReader) Values() [][]byte { return r.values }
 
 // WaitComplete polls until every id in ids has an alert, or timeout, and
-// returns the oracle's report either way.
+// returns the oracle's report either way. Between polls it only reads the
+// ids of the alerts new since the last one; the whole check runs once, at
+// the end, so that how soon it returns does not depend on how fast the
+// oracle re-checks every alert on a loaded machine. Report.CompletedAt is
+// when the poll that read the last missing alert returned.
 func (w *Workload) WaitComplete(ctx context.Context, r *AlertReader, ids []string, timeout time.Duration) (Report, error) {
 	deadline := time.Now().Add(timeout)
+	missing := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		missing[id] = true
+	}
+	symbolField := w.fields.WithDefaults().Symbol
+	read := 0
 	for {
 		if err := r.Poll(ctx); err != nil {
 			return Report{}, err
 		}
-		rep := w.CheckWith(ids, r.Values(), r.headers)
-		if rep.Lost == 0 || time.Now().After(deadline) {
+		polled := time.Now()
+		for _, v := range r.Values()[read:] {
+			if id, ok := alertID(v, symbolField); ok {
+				delete(missing, id)
+			}
+		}
+		read = len(r.Values())
+		if len(missing) == 0 || time.Now().After(deadline) {
+			rep := w.CheckWith(ids, r.Values(), r.headers)
+			if len(missing) == 0 {
+				rep.CompletedAt = polled
+			}
 			return rep, nil
 		}
 		select {
 		case <-ctx.Done():
-			return rep, ctx.Err()
+			return w.CheckWith(ids, r.Values(), r.headers), ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// alertID is the notification id of an alert, as CheckWith reads it.
+func alertID(v []byte, symbolField string) (string, bool) {
+	ms, err := members(v)
+	if err != nil {
+		return "", false
+	}
+	a, _, _ := alertOf(ms, symbolField)
+	return a.ID, a.ID != ""
 }
