@@ -79,8 +79,9 @@ func widthAlerts(t *testing.T, c *cluster, runID string) {
 }
 
 // checkWidthBounds checks the connections to the broker (at most 16),
-// the open files (at most 4 per task) and the goroutines (at most 10 per
-// task) of worker w, which owns tasks tasks, and logs them with its RSS.
+// the open files (at most 4 per task), the goroutines (at most 10 per
+// task) and, with a thousand tasks or more, the RSS (at most 0.5 MB per
+// task) of worker w, which owns tasks tasks, and logs them.
 func checkWidthBounds(t *testing.T, w *worker, tasks int) {
 	t.Helper()
 	pid := w.cmd.Process.Pid
@@ -104,6 +105,13 @@ func checkWidthBounds(t *testing.T, w *worker, tasks int) {
 	}
 	if files > 4*tasks {
 		t.Errorf("%s: %d open files for %d tasks; want at most 4 per task", w.id, files, tasks)
+	}
+	// An idle task costs at most 0.5 MB of RSS: the whole worker's RSS
+	// over its tasks, with a thousand of them (a narrower worker's
+	// baseline weighs more per task). Measured 332 KiB per task; 815 KiB
+	// with the collector's target fixed at 200% (gctune.Tune).
+	if tasks >= 1000 && rss > int64(tasks)*500_000 {
+		t.Errorf("%s: RSS %.1f MiB for %d idle tasks, %.0f KiB per task; want at most 0.5 MB (488 KiB) per task", w.id, float64(rss)/(1<<20), tasks, float64(rss)/1024/float64(tasks))
 	}
 }
 

@@ -453,6 +453,9 @@ func (w *Processor) startTasks(ctx context.Context, a group.Assignment, plan *ta
 			toOpen = append(toOpen, s.p)
 		}
 	}
+	// The memtables of the stores opened now are sized for every store
+	// the worker holds once this assignment is applied.
+	w.cfg.Stores.Expect(len(a.Topics[w.cfg.Topics.Market]) + len(a.Standby))
 	opened := w.openStores(ctx, toOpen)
 	for p, r := range opened { // taken below; the rest is closed with kept
 		if r.err == nil {

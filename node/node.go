@@ -18,6 +18,7 @@ import (
 	"github.com/joiner-dev/joiner/group"
 	"github.com/joiner-dev/joiner/httpapi"
 	"github.com/joiner-dev/joiner/internal/fielderr"
+	"github.com/joiner-dev/joiner/internal/gctune"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/produce"
 	"github.com/joiner-dev/joiner/record"
@@ -112,6 +113,11 @@ type Config struct {
 	// commit interval (JoinConfig.CommitInterval) then defaults to
 	// join.DefaultExactlyOnceCommitInterval.
 	ExactlyOnce bool
+	// TuneGC moves the collector's target with the heap the task stores
+	// hold (internal/gctune.Tune, statestore.Manager.HeldHeapBytes): set
+	// it when the process's target is gctune's (GOGC not set). Default:
+	// false, the target left alone.
+	TuneGC bool
 	// TransactionTimeout bounds an open transaction under ExactlyOnce
 	// (the coordinator aborts one open longer). Default:
 	// join.DefaultTransactionTimeout.
@@ -363,6 +369,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	}()
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	wg.Go(func() { n.status.Run(sampleCtx) })
+	if n.cfg.TuneGC {
+		wg.Go(func() { gctune.Tune(sampleCtx, n.stores.HeldHeapBytes) })
+	}
 	n.log.Info("worker started", "http", n.listener.Addr().String(), "advertise", n.addr, "group", n.cfg.Group,
 		"http_tls", httpTLS, "peer_token", n.peer.token != nil, "status_page", n.StatusURL())
 	err = n.worker.Run(ctx, n.member)

@@ -52,7 +52,7 @@ import (
 
 // DefaultMinFreeBytes is the default of Options.MinFreeBytes: two memtables,
 // room for one flush and the WAL written meanwhile.
-const DefaultMinFreeBytes = 2 * memTableBytes
+const DefaultMinFreeBytes = 2 * MaxMemTableBytes
 
 // DefaultOpenTimeout is the default of Options.OpenTimeout.
 const DefaultOpenTimeout = time.Minute

@@ -78,6 +78,14 @@ type Options struct {
 	Dirs []string
 	// Group names the consumer group; it is one path element. Required.
 	Group string
+	// MemTableBudget bounds the memtables of the Manager's stores
+	// together: a store opened while the worker expects n stores
+	// (Manager.Expect) grows its memtable to at most MemTableBudget/n,
+	// between MinMemTableBytes and MaxMemTableBytes. A worker of a few
+	// tasks gives each the largest; one of a thousand gives each the
+	// smallest, so that an idle task's memtable costs 64 KiB of heap
+	// instead of Pebble's 256 KiB start. Default: DefaultMemTableBudget.
+	MemTableBudget int64
 	// CacheBytes is the Pebble block cache shared by all tasks. Pebble's own
 	// default is effectively empty: a probe measured 52k Gets/s without a
 	// cache against 250k/s with a 256 MiB one. Default: DefaultCacheBytes.
@@ -166,6 +174,9 @@ func (o *Options) Validate() error {
 	if o.CacheBytes < 0 {
 		return fmt.Errorf("statestore: cache size %d bytes is negative", o.CacheBytes)
 	}
+	if o.MemTableBudget < 0 {
+		return fmt.Errorf("statestore: memtable budget %d bytes is negative", o.MemTableBudget)
+	}
 	switch o.Placement {
 	case "", PlacementFreeBytes, PlacementTasks:
 	default:
@@ -185,6 +196,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.MemTableBudget == 0 {
+		o.MemTableBudget = DefaultMemTableBudget
 	}
 	if o.Placement == "" {
 		o.Placement = DefaultPlacement
@@ -224,6 +238,7 @@ type Manager struct {
 	// (Options.OpenTables).
 	files    *pebble.FileCache
 	rebuilds atomic.Int64
+	expect   atomic.Int64 // the stores the worker expects to hold (Expect)
 
 	locks       []*dirLock       // lock.go
 	corruptDirs atomic.Int64     // corrupt.go
@@ -418,9 +433,10 @@ func (m *Manager) openOrRebuild(ctx context.Context, task int, dir string) (*Sto
 // default is 2×GOMAXPROCS, each shard holding its share of the bound.
 const fileCacheShards = 4
 
-// memTableBytes is the size a task's memtable grows to before it is
-// flushed (Pebble starts it at 256 KiB and doubles it at each rotation).
-// It is Pebble's default, 4 MiB. Joiner is built without cgo, so each
+// MaxMemTableBytes is the size the memtable of a task grows to before it
+// is flushed, when the worker holds few tasks (Options.MemTableBudget).
+// It is Pebble's default, 4 MiB, which starts each memtable at 256 KiB
+// and doubles it at each rotation. Joiner is built without cgo, so each
 // memtable's arena is allocated whole on the Go heap: a task holds up to
 // three (the one written, one being flushed, one kept for reuse), 12 MiB.
 // An earlier 32 MiB (fewer flushes for a restore applied batch by batch)
@@ -428,7 +444,60 @@ const fileCacheShards = 4
 // restores bulk-load tables (Loader) and use no memtable, and
 // BenchmarkRestoreStore/apply measured 0.89-0.98 CPU-s per 1M ticks with
 // 4 MiB against 0.78-0.93 with 32 MiB (2 cores under load 10).
-const memTableBytes = 4 << 20
+const MaxMemTableBytes = 4 << 20
+
+// MinMemTableBytes is the smallest memtable a task gets, in a worker of
+// many tasks: Pebble starts a memtable at the smaller of 256 KiB and its
+// size, so an idle task's arena is 64 KiB of heap, not 256 KiB
+// (TestIdleStoreHeap). A busy task flushes a table every 64 KiB of ticks.
+const MinMemTableBytes = 64 << 10
+
+// DefaultMemTableBudget is the default of Options.MemTableBudget: 16 tasks
+// or fewer get MaxMemTableBytes each, 1,024 get MinMemTableBytes.
+const DefaultMemTableBudget = 64 << 20
+
+// storeHeapBytes is the Go heap an open store holds besides its memtable
+// arena, whatever its load: Pebble's WAL writer with its block, its commit
+// pipeline, its MANIFEST writer, its cleanup manager
+// (TestHeldHeapBytes measures it).
+const storeHeapBytes = 235 << 10
+
+// pebbleFirstMemTable is the size Pebble starts a memtable at when its
+// MemTableSize is larger.
+const pebbleFirstMemTable = 256 << 10
+
+// HeldHeapBytes is about how much Go heap the open stores hold whatever
+// their load: per store storeHeapBytes and its first memtable's arena
+// (joiner is built without cgo: Pebble's arenas are Go heap). The
+// collector's target is set over the rest (internal/gctune.Tune).
+func (m *Manager) HeldHeapBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for _, s := range m.open {
+		if s != nil {
+			n += storeHeapBytes + int64(min(s.popts.MemTableSize, pebbleFirstMemTable))
+		}
+	}
+	return n
+}
+
+// Expect tells the Manager that the worker is about to hold n stores (its
+// active and standby tasks): the stores opened afterwards size their
+// memtables for n (Options.MemTableBudget). Stores already open keep
+// theirs.
+func (m *Manager) Expect(n int) { m.expect.Store(int64(n)) }
+
+// memTableSize is the memtable size of a store opened now.
+func (m *Manager) memTableSize() uint64 {
+	return memTableSizeFor(m.opts.MemTableBudget, m.expect.Load())
+}
+
+// memTableSizeFor is budget shared by n stores, between MinMemTableBytes
+// and MaxMemTableBytes.
+func memTableSizeFor(budget, n int64) uint64 {
+	return uint64(min(max(budget/max(n, 1), MinMemTableBytes), MaxMemTableBytes))
+}
 
 func (m *Manager) openStore(ctx context.Context, task int, dir string) (*Store, error) {
 	if err := m.checkFree(task, dir); err != nil {
@@ -438,7 +507,7 @@ func (m *Manager) openStore(ctx context.Context, task int, dir string) (*Store, 
 	popts := &pebble.Options{
 		Cache:        m.cache,
 		FileCache:    m.files,
-		MemTableSize: memTableBytes,
+		MemTableSize: m.memTableSize(),
 		FS:           &faultFS{FS: m.fs, hit: func(err error) { m.writeFailed(task, dir, ev, err) }},
 		Logger: pebbleLogger{l: m.log.With("task", task), rl: m.rl, task: task, fatal: func(msg string) {
 			if diskFullText(msg) {

@@ -109,6 +109,10 @@ func (s *Store) Task() int { return s.task }
 // Dir is the directory of the store's Pebble DB.
 func (s *Store) Dir() string { return s.dir }
 
+// MemTableSize is the size its memtable grows to before a flush, chosen
+// when it opened (Options.MemTableBudget, Manager.Expect).
+func (s *Store) MemTableSize() uint64 { return s.popts.MemTableSize }
+
 // AppliedOffset is the market offset of the last record applied, or -1 when
 // nothing has been applied (a new or rebuilt store). Restore reads the
 // market partition from AppliedOffset()+1.

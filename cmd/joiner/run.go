@@ -10,6 +10,7 @@ import (
 
 	"github.com/joiner-dev/joiner/copartition"
 	"github.com/joiner-dev/joiner/group"
+	"github.com/joiner-dev/joiner/internal/gctune"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/kafkasec"
 	"github.com/joiner-dev/joiner/node"
@@ -59,6 +60,7 @@ func runWorker(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fs.fail(1, err)
 	}
 	cfg.Transport = tr
+	cfg.TuneGC = gctune.Applied() // main's target, not the user's GOGC
 	n, err := node.New(ctx, *cfg)
 	if err != nil && ctx.Err() != nil {
 		return fs.fail(0, err) // stopped by a signal while starting
@@ -100,6 +102,7 @@ func addRunFlags(fs *cmdFlags) *runFlags {
 	fs.StringVar(&rf.stateDirs, "state-dir", "./state", "directories for the per-task stores, comma-separated")
 	fs.StringVar(&rf.cfg.Placement, "state-placement", statestore.DefaultPlacement, "where new task stores go among the state dirs: free-bytes or tasks")
 	fs.Int64Var(&rf.cfg.CacheBytes, "cache-bytes", statestore.DefaultCacheBytes, "Pebble block cache shared by the task stores, bytes")
+	fs.Int64Var(&rf.cfg.MemTableBudget, "memtable-budget-bytes", statestore.DefaultMemTableBudget, "memtables of the task stores together, bytes: each task's grows to this over the tasks held, between 64 KiB and 4 MiB")
 	fs.StringVar(&rf.cfg.HTTPAddr, "http-addr", node.DefaultHTTPAddr, "listen address of /metrics, /healthz, /readyz and /v1/prices")
 	fs.StringVar(&rf.cfg.AdvertiseAddr, "advertise-addr", "", "host:port other workers use to reach this one (default hostname and the --http-addr port)")
 	fs.BoolVar(&rf.cfg.CreateTopics, "create-topics", false, "create missing topics with --partitions partitions")

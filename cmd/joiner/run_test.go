@@ -253,6 +253,7 @@ func TestRunFlagDefaults(t *testing.T) {
 		{"http-addr", c.HTTPAddr, node.DefaultHTTPAddr},
 		{"state-placement", c.Placement, statestore.DefaultPlacement},
 		{"cache-bytes", c.CacheBytes, int64(statestore.DefaultCacheBytes)},
+		{"memtable-budget-bytes", c.MemTableBudget, int64(statestore.DefaultMemTableBudget)},
 		{"state-min-free-bytes", c.MinFreeBytes, int64(statestore.DefaultMinFreeBytes)},
 		{"state-open-timeout", c.OpenTimeout, statestore.DefaultOpenTimeout},
 		{"corrupt-retention", c.CorruptRetention, statestore.DefaultCorruptRetention},

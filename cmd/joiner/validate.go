@@ -137,6 +137,7 @@ func validateRun(fs *flag.FlagSet, cfg *node.Config) error {
 	c.list("state-dir", cfg.Dirs)
 	c.oneOf("state-placement", cfg.Placement, statestore.PlacementFreeBytes, statestore.PlacementTasks)
 	c.nonNegative("cache-bytes", cfg.CacheBytes)
+	c.nonNegative("memtable-budget-bytes", cfg.MemTableBudget)
 	c.nonEmpty("http-addr", cfg.HTTPAddr)
 	c.positive("partitions", int64(cfg.Partitions))
 	c.positive("replication-factor", int64(cfg.ReplicationFactor))

@@ -21,6 +21,7 @@ package gctune
 import (
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 )
 
 // DefaultPercent is the collector's target used when GOGC is not set:
@@ -37,5 +38,13 @@ func Apply() int {
 		return -1
 	}
 	debug.SetGCPercent(DefaultPercent)
+	applied.Store(true)
 	return DefaultPercent
 }
+
+// applied is set by Apply when it set the target.
+var applied atomic.Bool
+
+// Applied reports whether Apply set the target (GOGC is not set): Tune
+// may then move it.
+func Applied() bool { return applied.Load() }

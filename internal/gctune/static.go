@@ -1,0 +1,70 @@
+package gctune
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// The target over a heap that is mostly held, not churned.
+//
+// A worker of many tasks holds a heap that no notification changes: each
+// open task store's Pebble DB keeps its WAL writer, commit pipeline and
+// MANIFEST writer (about a quarter MiB per store) whether ticks arrive or
+// not. Under a fixed target of DefaultPercent the collector lets the heap
+// grow by twice that too before it collects, and the pages the buffers of
+// the fetches fill in that room stay resident: a worker of 1,024 idle
+// tasks had a live heap of ~300 MB, a target of ~900 MB and an RSS of
+// ~845 MB (issue 22's width test). The room only needs to be in
+// proportion to the heap that is allocated and dropped, so Tune gives
+// DefaultPercent of the live heap less the held part:
+//
+//	percent = DefaultPercent × (live − held) / live, at least MinPercent
+//
+// A worker of six tasks holds ~1.5 MiB of a live heap of tens of MiB: its
+// target stays within a few percent of DefaultPercent. One of 1,024 idle
+// tasks gets MinPercent: a target of 1.25 × live.
+
+// MinPercent is the lowest target Tune sets.
+const MinPercent = 25
+
+// tuneEvery is how often Tune reads the live heap.
+const tuneEvery = time.Second
+
+// PercentFor is the target Tune sets for a live heap of live bytes of
+// which held are held (not churned).
+func PercentFor(live, held int64) int {
+	if live <= 0 || held <= 0 {
+		return DefaultPercent
+	}
+	p := int(DefaultPercent * max(live-held, 0) / live)
+	return min(max(p, MinPercent), DefaultPercent)
+}
+
+// Tune sets the collector's target to PercentFor(the live heap, held())
+// every second until ctx is done, when it sets DefaultPercent again. Run
+// it only after Apply returned DefaultPercent (GOGC not set).
+func Tune(ctx context.Context, held func() int64) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	t := time.NewTicker(tuneEvery)
+	defer t.Stop()
+	cur := DefaultPercent
+	defer func() { debug.SetGCPercent(DefaultPercent) }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			continue
+		}
+		p := PercentFor(int64(sample[0].Value.Uint64()), held())
+		if p != cur && (p-cur > 5 || cur-p > 5 || p == MinPercent || p == DefaultPercent) {
+			debug.SetGCPercent(p)
+			cur = p
+		}
+	}
+}
