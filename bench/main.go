@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +52,10 @@ type config struct {
 
 	demoNotifications int
 
+	widths                    []int // width: the task counts of one worker
+	widthSymbols, widthRounds int
+	widthNotifications        int // width: per symbol
+
 	httpPort int // first port for joiner's HTTP listeners
 
 	profileSeconds int // CPU profile of joiner-1w's first drain round
@@ -67,7 +72,7 @@ type bench struct {
 
 func main() {
 	var cfg config
-	var figures, contestants, latencyGuarantees string
+	var figures, contestants, latencyGuarantees, widths string
 	flag.StringVar(&cfg.brokers, "brokers", "", "Kafka bootstrap brokers (required)")
 	flag.StringVar(&cfg.brokerVersion, "broker-version", "unknown", "broker version, for the results file")
 	flag.StringVar(&cfg.name, "name", "run", "name of the results file: <out>/<date>-<name>.md")
@@ -77,7 +82,7 @@ func main() {
 	flag.StringVar(&cfg.passthrough, "passthrough", "bin/passthrough", "pass-through binary")
 	flag.StringVar(&cfg.kstreamsJar, "kstreams-jar", "", "Kafka Streams contestant jar (empty: skip it)")
 	flag.StringVar(&cfg.java, "java", "java", "java binary for the Kafka Streams contestant")
-	flag.StringVar(&figures, "figures", "drain,latency,restore,demo", "figures to measure, comma-separated: drain, latency, restore, demo")
+	flag.StringVar(&figures, "figures", "drain,latency,restore,demo", "figures to measure, comma-separated: drain, latency, restore, demo, width")
 	flag.StringVar(&contestants, "contestants", "joiner-1w,joiner-2w,passthrough,kstreams", "drain contestants, in round order: joiner-1w, joiner-2w, joiner-1w-eos (one worker, --processing-guarantee exactly-once), passthrough, passthrough-alertsize (the pass-through with values padded to the mean alert size), kstreams, kstreams-eos (processing.guarantee=exactly_once_v2)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds of each drain contestant (at least 3 for a median)")
 	flag.IntVar(&cfg.partitions, "partitions", 6, "partitions of the drain and latency topics")
@@ -94,6 +99,10 @@ func main() {
 	flag.IntVar(&cfg.restoreTicks, "restore-ticks", 1_000_000, "restore: ticks in the one market partition")
 	flag.IntVar(&cfg.restoreRounds, "restore-rounds", 3, "restore: interleaved rounds of joiner and the raw consume")
 	flag.IntVar(&cfg.demoNotifications, "demo-notifications", 1_000_000, "demo: notifications (1000 symbols × this/1000)")
+	flag.StringVar(&widths, "widths", "6,256,1024", "width: the task counts (partitions of its topics) of the one worker, comma-separated")
+	flag.IntVar(&cfg.widthSymbols, "width-symbols", 5000, "width: backlog symbols, one tick each")
+	flag.IntVar(&cfg.widthNotifications, "width-notifications-per-symbol", 60, "width: backlog notifications per symbol")
+	flag.IntVar(&cfg.widthRounds, "width-rounds", 1, "width: rounds at each task count")
 	flag.IntVar(&cfg.profileSeconds, "profile-seconds", 0, "save a CPU profile of this many seconds of joiner-1w's first drain round, from its --pprof endpoint, next to the results (0: none)")
 	flag.IntVar(&cfg.httpPort, "http-port", 39094, "first port of the joiner workers' HTTP listeners (two are used)")
 	flag.Parse()
@@ -105,7 +114,7 @@ func main() {
 		cfg.command = strings.Join(os.Args, " ")
 	}
 	cfg.figures = map[string]bool{}
-	fs, err := parseList("figure", figures, []string{"drain", "latency", "restore", "demo"})
+	fs, err := parseList("figure", figures, []string{"drain", "latency", "restore", "demo", "width"})
 	if err == nil {
 		for _, f := range fs {
 			cfg.figures[f] = true
@@ -114,6 +123,9 @@ func main() {
 	}
 	if err == nil {
 		cfg.latencyGuarantees, err = parseList("latency guarantee", latencyGuarantees, []string{atLeastOnce, exactlyOnce})
+	}
+	if err == nil {
+		cfg.widths, err = parseCounts("width", widths)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
@@ -157,6 +169,23 @@ func parseList(what, s string, valid []string) ([]string, error) {
 	return out, nil
 }
 
+// parseCounts parses a comma-separated list of positive counts.
+func parseCounts(what, s string) ([]int, error) {
+	var out []int
+	for _, v := range strings.Split(s, ",") {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s %q is not a positive count", what, v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func say(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
 }
@@ -185,6 +214,11 @@ func (b *bench) run(ctx context.Context, contestants []string) error {
 	if b.cfg.figures["restore"] {
 		if err := b.restore(ctx); err != nil {
 			return fmt.Errorf("restore: %w", err)
+		}
+	}
+	if b.cfg.figures["width"] {
+		if err := b.width(ctx); err != nil {
+			return fmt.Errorf("width: %w", err)
 		}
 	}
 	if b.cfg.figures["demo"] && b.cfg.demoNotifications > 0 {

@@ -22,6 +22,7 @@ type results struct {
 	latency   []latencyRound
 	restore   []restoreRound
 	demo      *demoRun
+	width     []widthRound
 	profile   string // CPU profile file, if taken
 }
 
@@ -77,6 +78,8 @@ const (
 	throughputTitle = "Drain throughput, median of rounds (whiskers: min–max)"
 	latencyTitle    = "End-to-end latency percentiles, 1 worker"
 	restoreTitle    = "Restore rate of one market partition"
+	widthRateTitle  = "Drain rate of one worker by its task count"
+	widthRSSTitle   = "Idle RSS per task of one worker by its task count"
 )
 
 // What the rounds of a chart are: per contestant or kind (roundsEach), or
@@ -218,6 +221,7 @@ func (r *results) summary() string {
 			fmt.Fprintf(&b, "  joiner's restore: storing after the last fetch %s; reading (the rest) / raw consume time, per round: %s\n", st.format(secs), rd.format(ratio))
 		}
 	}
+	r.widthSummary(&b)
 	if d := r.demo; d != nil {
 		fmt.Fprintf(&b, "joiner demo, %d notifications: peak RSS %s (target ≤ 300 MiB), %s, CPU %s, longest silence on stderr %s\n",
 			d.Notifications, mib(float64(d.MaxRSSKiB)/1024), secs(d.Seconds), d.CPU.Round(time.Millisecond), d.MaxGap.Round(time.Millisecond))
@@ -350,6 +354,11 @@ func (r *results) write(c config) (string, error) {
 	}
 	if len(r.restore) > 0 {
 		if err := r.writeRestore(&b, c, base, date, commit); err != nil {
+			return "", err
+		}
+	}
+	if len(r.width) > 0 {
+		if err := r.writeWidth(&b, c, base, date, commit); err != nil {
 			return "", err
 		}
 	}

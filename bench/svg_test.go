@@ -13,7 +13,7 @@ import (
 // width estimate, and so does the note (date, commit, rounds) of a run with
 // a long commit description; both are in the SVG.
 func TestChartTextFits(t *testing.T) {
-	for _, title := range []string{throughputTitle, latencyTitle, restoreTitle} {
+	for _, title := range []string{throughputTitle, latencyTitle, restoreTitle, widthRateTitle, widthRSSTitle} {
 		if w := textWidth(title, titleSize, true); w > titleMaxWidth {
 			t.Errorf("title %q is about %.0f px wide at %d px; the chart has %d", title, w, titleSize, titleMaxWidth)
 		}
