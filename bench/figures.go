@@ -77,6 +77,18 @@ func (b *bench) drain(ctx context.Context, contestants []string) error {
 		b.res.alertSize = &s
 		say("drain: passthrough-alertsize pads every value with %d bytes: mean alert %.1f bytes, mean notification %.1f bytes", s.Pad, s.Alert, s.Notification)
 	}
+	// Warm-up rounds first, not counted: a broker started for the run
+	// (its JIT) and a cold page cache made the first rounds up to twice
+	// as slow as the last ones.
+	for w := 1; w <= c.warmupRounds; w++ {
+		for _, name := range contestants {
+			r, err := b.drainOnce(ctx, name, -w, market, notifications, n)
+			if err != nil {
+				return fmt.Errorf("%s warm-up round %d: %w", name, w, err)
+			}
+			say("drain: %s warm-up round %d (not counted): %.0f/s from ready", name, w, r.Rate())
+		}
+	}
 	for round := 1; round <= c.rounds; round++ {
 		for _, name := range contestants {
 			r, err := b.drainOnce(ctx, name, round, market, notifications, n)

@@ -31,9 +31,12 @@ type config struct {
 
 	joiner, passthrough, kstreamsJar, java string
 
-	figures    map[string]bool
-	rounds     int
-	partitions int
+	figures map[string]bool
+	rounds  int
+	// warmupRounds of each drain contestant run before the measured ones
+	// and are not counted.
+	warmupRounds int
+	partitions   int
 
 	symbols, ticks, notifications int // drain backlog, per symbol
 	notificationBytes             int // drain backlog: loadgen --notification-bytes
@@ -85,6 +88,7 @@ func main() {
 	flag.StringVar(&figures, "figures", "drain,latency,restore,demo", "figures to measure, comma-separated: drain, latency, restore, demo, width")
 	flag.StringVar(&contestants, "contestants", "joiner-1w,joiner-2w,passthrough,kstreams", "drain contestants, in round order: joiner-1w, joiner-2w, joiner-1w-eos (one worker, --processing-guarantee exactly-once), passthrough, passthrough-alertsize (the pass-through with values padded to the mean alert size), kstreams, kstreams-eos (processing.guarantee=exactly_once_v2)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds of each drain contestant (at least 3 for a median)")
+	flag.IntVar(&cfg.warmupRounds, "warmup-rounds", 1, "drain: rounds of each contestant run first and not counted (the broker's JIT, the page cache)")
 	flag.IntVar(&cfg.partitions, "partitions", 6, "partitions of the drain and latency topics")
 	flag.IntVar(&cfg.symbols, "symbols", 1000, "drain backlog: symbols")
 	flag.IntVar(&cfg.ticks, "ticks-per-symbol", 10, "drain backlog: ticks per symbol")

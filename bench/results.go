@@ -57,6 +57,7 @@ func environment(c config) []string {
 		"joiner commit: " + commit + ", " + runtime.Version(),
 		"java: " + java,
 		"load average at the start: " + loadavg() + " (other processes on this machine share its cores: compare ratios, not absolute rates)",
+		"drain warm-up rounds per contestant, not counted: " + strconv.Itoa(c.warmupRounds),
 	}
 }
 
