@@ -26,6 +26,21 @@ import (
 // target stays within a few percent of DefaultPercent. One of 1,024 idle
 // tasks gets MinPercent: a target of 1.25 × live.
 
+//
+// The live heap Tune reads is the last collection's. When stores close (a
+// rebalance moved tasks away), the held heap drops at once but the live
+// heap read still holds the closed stores until the next collection,
+// which an idle worker may not reach for minutes: the target computed
+// from both would rise, and the freed stores' pages stay resident (a
+// worker that gave 1,024 of its 2,048 tasks away kept 751 KiB of RSS per
+// remaining task). So when the held heap is more than releaseDrop below
+// its peak since the last such collection, however slowly the stores
+// closed, Tune collects and returns the freed memory to the OS
+// (debug.FreeOSMemory) before it reads the live heap.
+
+// releaseDrop is the drop of the held heap after which Tune collects.
+const releaseDrop = 16 << 20
+
 // MinPercent is the lowest target Tune sets.
 const MinPercent = 25
 
@@ -51,17 +66,24 @@ func Tune(ctx context.Context, held func() int64) {
 	defer t.Stop()
 	cur := DefaultPercent
 	defer func() { debug.SetGCPercent(DefaultPercent) }()
+	var peak int64 // the most held since the last release
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		h := held()
+		if peak-h > releaseDrop {
+			debug.FreeOSMemory()
+			peak = h
+		}
+		peak = max(peak, h)
 		metrics.Read(sample)
 		if sample[0].Value.Kind() != metrics.KindUint64 {
 			continue
 		}
-		p := PercentFor(int64(sample[0].Value.Uint64()), held())
+		p := PercentFor(int64(sample[0].Value.Uint64()), h)
 		if p != cur && (p-cur > 5 || cur-p > 5 || p == MinPercent || p == DefaultPercent) {
 			debug.SetGCPercent(p)
 			cur = p

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -56,4 +57,38 @@ func gogc() int {
 	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(s)
 	return int(s[0].Value.Uint64())
+}
+
+// TestTuneCollectsWhenStoresClose: a drop of the held heap by more than
+// releaseDrop (stores closed) makes Tune collect once, so that the live
+// heap it reads no longer holds them.
+func TestTuneCollectsWhenStoresClose(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(DefaultPercent))
+	var held atomic.Int64
+	held.Store(1 << 30)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); Tune(ctx, held.Load) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(1500 * time.Millisecond) // a tick at the first held heap
+	before := forcedGCs()
+	held.Store(1<<30 - releaseDrop/2) // a small drop: no collection
+	time.Sleep(1500 * time.Millisecond)
+	if n := forcedGCs() - before; n != 0 {
+		t.Fatalf("%d forced collections after a drop of %d bytes, want none", n, releaseDrop/2)
+	}
+	held.Store(1 << 20)
+	deadline := time.Now().Add(5 * time.Second)
+	for forcedGCs() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("no forced collection 5s after the held heap dropped by ~1 GiB")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func forcedGCs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
