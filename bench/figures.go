@@ -277,24 +277,33 @@ func (b *bench) latencyOnce(ctx context.Context, round int, guarantee string) (l
 	if err != nil {
 		return r, err
 	}
+	cutoff := began.Add(time.Duration(c.latencyWarmup * float64(time.Second))).UnixMilli()
+	err = b.measureLatency(ctx, &r, notifications, alerts, cutoff, guarantee == exactlyOnce)
+	return r, err
+}
+
+// measureLatency sets r's percentiles: for every alert of a notification
+// appended at or after cutoff (Unix ms), its visible time minus its
+// notification's append time (Kafka's acknowledgement), read from the
+// topics.
+func (b *bench) measureLatency(ctx context.Context, r *latencyRound, notifications, alerts string, cutoff int64, eos bool) error {
+	c := b.cfg
 	// The notifications' append times (Kafka's acknowledgement), by id;
 	// then each alert's append time minus its notification's.
 	acked := make(map[string]int64, r.Notifications)
-	err = b.readAll(ctx, notifications, c.partitions, func(_ int, ts time.Time, v []byte) {
+	err := b.readAll(ctx, notifications, c.partitions, func(_ int, ts time.Time, v []byte) {
 		if n, err := record.DecodeNotification(v, 0); err == nil {
 			acked[n.ID] = ts.UnixMilli()
 		}
 	})
 	if err != nil {
-		return r, err
+		return err
 	}
-	cutoff := began.Add(time.Duration(c.latencyWarmup * float64(time.Second))).UnixMilli()
 	var lat []float64
 	// Under exactly-once an alert becomes visible (to read_committed
 	// consumers) when its transaction commits: its latency ends at the
 	// append time of the commit marker that follows it in its partition,
 	// not at its own.
-	eos := guarantee == exactlyOnce
 	pending := make([][]int64, c.partitions) // notifications' acks of the alerts before the next marker
 	err = b.readAllMarked(ctx, alerts, c.partitions, func(p int, ts time.Time, v []byte) {
 		n, err := record.DecodeNotification(v, 0)
@@ -315,11 +324,11 @@ func (b *bench) latencyOnce(ctx context.Context, round int, guarantee string) (l
 		pending[p] = pending[p][:0]
 	})
 	if err != nil {
-		return r, err
+		return err
 	}
 	for p, left := range pending {
 		if len(left) > 0 {
-			return r, fmt.Errorf("%s-%d: %d alerts read read_committed with no commit marker after them", alerts, p, len(left))
+			return fmt.Errorf("%s-%d: %d alerts read read_committed with no commit marker after them", alerts, p, len(left))
 		}
 	}
 	slices.Sort(lat)
@@ -328,7 +337,7 @@ func (b *bench) latencyOnce(ctx context.Context, round int, guarantee string) (l
 	if len(lat) > 0 {
 		r.Max = lat[len(lat)-1]
 	}
-	return r, nil
+	return nil
 }
 
 // restoreRound is one restore of the market partition into Pebble, or one

@@ -440,23 +440,7 @@ func (p *taskPlan) paused() map[int]bool {
 // (so /readyz never sees a half-applied assignment), then starts them. It
 // returns the state and standby tasks started.
 func (w *Processor) startTasks(ctx context.Context, a group.Assignment, plan *taskPlan, kept map[int]*statestore.Store) (states, standbys []*stateTask) {
-	// The new stores open first, a few at once (openStores): one at a
-	// time, a thousand of them outlast the group's session.
-	var toOpen []int
-	for _, s := range plan.startState {
-		if kept[s.p] == nil {
-			toOpen = append(toOpen, s.p)
-		}
-	}
-	for _, s := range plan.startStandby {
-		if kept[s.p] == nil {
-			toOpen = append(toOpen, s.p)
-		}
-	}
-	// The memtables of the stores opened now are sized for every store
-	// the worker holds once this assignment is applied.
-	w.cfg.Stores.Expect(len(a.Topics[w.cfg.Topics.Market]) + len(a.Standby))
-	opened := w.openStores(ctx, toOpen)
+	opened := w.openNewStores(ctx, a, plan, kept)
 	for p, r := range opened { // taken below; the rest is closed with kept
 		if r.err == nil {
 			kept[p] = r.store
@@ -678,6 +662,26 @@ func (w *Processor) shuttingDown() bool {
 
 // pauseTimeout bounds how long a rebalance waits for batches in flight.
 const pauseTimeout = 5 * time.Second
+
+// openNewStores opens the stores of the tasks plan starts that kept has
+// none for, a few at once (openStores): one at a time, a thousand of them
+// outlast the group's session. Their memtables are sized for every store
+// the worker holds once a is applied (statestore.Manager.Expect).
+func (w *Processor) openNewStores(ctx context.Context, a group.Assignment, plan *taskPlan, kept map[int]*statestore.Store) map[int]openedStore {
+	var toOpen []int
+	for _, s := range plan.startState {
+		if kept[s.p] == nil {
+			toOpen = append(toOpen, s.p)
+		}
+	}
+	for _, s := range plan.startStandby {
+		if kept[s.p] == nil {
+			toOpen = append(toOpen, s.p)
+		}
+	}
+	w.cfg.Stores.Expect(len(a.Topics[w.cfg.Topics.Market]) + len(a.Standby))
+	return w.openStores(ctx, toOpen)
+}
 
 // openedStore is one store opened by openStores.
 type openedStore struct {
