@@ -32,6 +32,11 @@ gotest() {
 	else
 		grep -E '^ *--- FAIL|^(ok |FAIL)' "$log" || true
 		failed_output "$log"
+		# A data race or a panic fails a test with no line of its own.
+		if grep -qE '^WARNING: DATA RACE|^panic: |race detected during execution' "$log"; then
+			echo "--- data races and panics ---"
+			grep -E -A40 '^WARNING: DATA RACE|^panic: |race detected during execution' "$log" | head -n 400
+		fi
 		echo "--- go test output (tail) ---"
 		tail -n 100 "$log"
 	fi

@@ -127,6 +127,9 @@ func joinAndCommitOnFakes(t *testing.T, mode string) {
 			t.Errorf("alert %s: %+v, want %+v", m.Value, a, w)
 		}
 	}
+	// Joins are counted once their write returned, after the writer
+	// holds them.
+	waitFor(t, "the joins counted", func() bool { st := r.w.Stats(); return st.Local+st.Miss >= 3 })
 	if st := r.w.Stats(); st.Local != 2 || st.Miss != 1 {
 		t.Errorf("stats %+v, want 2 local and 1 miss", st)
 	}
@@ -221,6 +224,7 @@ func TestUnmergedTaskAsksTheOwner(t *testing.T) {
 			t.Errorf("alert %s: result %s, want %s", m.Value, al.Result, want[al.ID])
 		}
 	}
+	waitFor(t, "the joins counted", func() bool { st := r.w.Stats(); return st.Remote+st.Late+st.Miss >= 3 })
 	if st := r.w.Stats(); st.Remote != 1 || st.Late != 1 || st.Miss != 1 || asked.Load() != 3 {
 		t.Errorf("stats %+v after %d lookups, want 1 remote, 1 late, 1 miss from 3", st, asked.Load())
 	}
