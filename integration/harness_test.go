@@ -234,30 +234,45 @@ func (c *cluster) topics() []string { return []string{c.market, c.notifs, c.aler
 // partitions led.
 func (c *cluster) waitTopics(ctx context.Context) {
 	c.t.Helper()
-	for {
-		res, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: c.topics()})
-		if err == nil {
-			ok := len(res.Topics) == 4
-			for _, tp := range res.Topics {
-				if tp.Error != nil || len(tp.Partitions) != c.partitions {
-					ok = false
-					break
-				}
-				for _, p := range tp.Partitions {
-					if p.Error != nil || p.Leader.ID < 0 {
-						ok = false
-					}
-				}
-			}
+	// Every broker is asked: with three, one that has not applied the
+	// new topics' metadata yet answered a starting worker "the topic does
+	// not exist", and the worker rightly stopped.
+	for _, addr := range c.net.brokers {
+		bc := &kafka.Client{Addr: kafka.TCP(addr), Transport: c.client.Transport, Timeout: c.client.Timeout}
+		for {
+			ok, err := c.topicsReady(ctx, bc)
 			if ok {
-				return
+				break
+			}
+			if ctx.Err() != nil {
+				c.t.Fatalf("topics %v not ready on broker %s: %v", c.topics(), addr, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// topicsReady reports whether the broker bc asks knows every topic of c
+// with all its partitions led.
+func (c *cluster) topicsReady(ctx context.Context, bc *kafka.Client) (bool, error) {
+	res, err := bc.Metadata(ctx, &kafka.MetadataRequest{Topics: c.topics()})
+	if err != nil {
+		return false, err
+	}
+	if len(res.Topics) != 4 {
+		return false, nil
+	}
+	for _, tp := range res.Topics {
+		if tp.Error != nil || len(tp.Partitions) != c.partitions {
+			return false, tp.Error
+		}
+		for _, p := range tp.Partitions {
+			if p.Error != nil || p.Leader.ID < 0 {
+				return false, p.Error
 			}
 		}
-		if ctx.Err() != nil {
-			c.t.Fatalf("topics %v not ready: %v", c.topics(), err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	return true, nil
 }
 
 func (c *cluster) cleanup() {
