@@ -61,11 +61,8 @@ func (b *bench) drain(ctx context.Context, contestants []string) error {
 		return err
 	}
 	say("drain: producing the backlog with joiner loadgen: %d symbols × %d ticks and × %d notifications", c.symbols, c.ticks, c.notifications)
-	out, err := exec.CommandContext(ctx, c.joiner, "loadgen", "--brokers", c.brokers, "--market-topic", market, "--notifications-topic", notifications,
-		"--symbols", strconv.Itoa(c.symbols), "--ticks-per-symbol", strconv.Itoa(c.ticks), "--notifications-per-symbol", strconv.Itoa(c.notifications),
-		"--run-id", backlogRunID, "--notification-bytes", strconv.Itoa(c.notificationBytes)).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("joiner loadgen: %w: %s", err, out)
+	if err := b.backlog(ctx, market, notifications, c.symbols, c.ticks, c.notifications, c.notificationBytes); err != nil {
+		return err
 	}
 	n := int64(c.symbols * c.notifications)
 	b.res.backlog = fmt.Sprintf("%d symbols × %d ticks (%d ticks) and %d notifications, %d partitions", c.symbols, c.ticks, c.symbols*c.ticks, n, c.partitions)
@@ -99,6 +96,19 @@ func (b *bench) drain(ctx context.Context, contestants []string) error {
 				name, round, r.N, r.Rate(), r.First.Sub(r.Ready).Round(time.Millisecond), r.CPU.Round(time.Millisecond), r.CPUPerRecordMicros(), r.MaxRSSKiB>>10)
 			b.res.drain = append(b.res.drain, r)
 		}
+	}
+	return nil
+}
+
+// backlog produces a backlog with joiner loadgen: symbols × ticks ticks
+// and symbols × notes notifications, each padded to at least padBytes (0:
+// none).
+func (b *bench) backlog(ctx context.Context, market, notifications string, symbols, ticks, notes, padBytes int) error {
+	out, err := exec.CommandContext(ctx, b.cfg.joiner, "loadgen", "--brokers", b.cfg.brokers, "--market-topic", market, "--notifications-topic", notifications,
+		"--symbols", strconv.Itoa(symbols), "--ticks-per-symbol", strconv.Itoa(ticks), "--notifications-per-symbol", strconv.Itoa(notes),
+		"--run-id", backlogRunID, "--notification-bytes", strconv.Itoa(padBytes)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("joiner loadgen: %w: %s", err, out)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,7 +20,7 @@ type widthRound struct {
 	Start        time.Time
 	Ready        time.Time // /readyz answered 200: every task restored
 	FirstTask    time.Time // the first task started on its notifications (its log)
-	First, Last  time.Time // the first and last alert's append time
+	Last         time.Time // the last alert's append time
 	CPU          time.Duration
 	MaxRSSKiB    int64
 	// Idle, widthIdle after the last alert: the worker's RSS and open
@@ -59,11 +58,8 @@ func (b *bench) width(ctx context.Context) error {
 			}
 		}
 		say("width: %d tasks: producing %d symbols × 1 tick and × %d notifications", tasks, c.widthSymbols, c.widthNotifications)
-		out, err := exec.CommandContext(ctx, c.joiner, "loadgen", "--brokers", c.brokers, "--market-topic", market, "--notifications-topic", notifications,
-			"--symbols", strconv.Itoa(c.widthSymbols), "--ticks-per-symbol", "1", "--notifications-per-symbol", strconv.Itoa(c.widthNotifications),
-			"--run-id", backlogRunID).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("joiner loadgen: %w: %s", err, out)
+		if err := b.backlog(ctx, market, notifications, c.widthSymbols, 1, c.widthNotifications, 0); err != nil {
+			return err
 		}
 		for round := 1; round <= c.widthRounds; round++ {
 			r, err := b.widthOnce(ctx, tasks, round, market, notifications, int64(c.widthSymbols*c.widthNotifications))
@@ -111,7 +107,7 @@ func (b *bench) widthOnce(ctx context.Context, tasks, round int, market, notific
 	if r.FirstTask.IsZero() {
 		r.FirstTask = r.Ready
 	}
-	r.First, r.Last, r.N, err = b.outputSpan(ctx, output, tasks)
+	_, r.Last, r.N, err = b.outputSpan(ctx, output, tasks)
 	return r, err
 }
 

@@ -15,7 +15,7 @@ func TestWidthSummaryAndFile(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	round := func(tasks int, ready, drain time.Duration, rssKiB int64, files int) widthRound {
 		return widthRound{Tasks: tasks, Round: 1, N: 300_000, Start: t0, Ready: t0.Add(ready), FirstTask: t0.Add(ready),
-			First: t0.Add(ready), Last: t0.Add(ready + drain), IdleRSSKiB: rssKiB, Files: files}
+			Last: t0.Add(ready + drain), IdleRSSKiB: rssKiB, Files: files}
 	}
 	res := results{width: []widthRound{
 		round(6, 100*time.Millisecond, time.Second, 60<<10, 40),
