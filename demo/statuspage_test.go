@@ -29,14 +29,13 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/joiner-dev/joiner/demo"
+	jfetch "github.com/joiner-dev/joiner/fetch"
 	"github.com/joiner-dev/joiner/join"
 	"github.com/joiner-dev/joiner/loadgen"
 	"github.com/joiner-dev/joiner/node"
 	"github.com/joiner-dev/joiner/statuspage"
 	"github.com/joiner-dev/joiner/testsupport/htmltest"
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
-	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
 	"golang.org/x/net/html"
 )
@@ -315,18 +314,18 @@ var errNoLeader = errors.New("test: the market partition has no leader")
 func (b *marketBlocker) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
 	if b.on.Load() {
 		switch req.(type) {
-		case *fetch.Request:
+		case *jfetch.MuxRequest:
 			// One Fetch carries every partition the worker reads from the
 			// broker (fetch.Mux): the market's fail, the others are read.
 			res, err := b.RoundTripper.RoundTrip(ctx, addr, req)
-			if f, ok := res.(*fetch.Response); ok && err == nil {
+			if f, ok := res.(*jfetch.MuxResponse); ok && err == nil {
 				for i := range f.Topics {
 					if f.Topics[i].Topic != b.market {
 						continue
 					}
 					for j := range f.Topics[i].Partitions {
 						p := &f.Topics[i].Partitions[j]
-						p.ErrorCode, p.RecordSet = int16(kafka.LeaderNotAvailable), protocol.RecordSet{}
+						p.ErrorCode, p.Records = int16(kafka.LeaderNotAvailable), nil
 					}
 				}
 			}

@@ -101,6 +101,8 @@ func Records(rs kafka.RecordReader, from int64, out []Record) ([]Record, error) 
 		n := b.Len()
 		var dst []byte
 		switch {
+		case n == 0:
+			return []byte{}, nil // empty, not null (a nil slab would give nil)
 		case n >= ownBufferMin:
 			dst = make([]byte, n)
 		default:

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -61,22 +62,47 @@ func (c *CommittedRecords) ReadRecord() (*kafka.Record, error) { return c.r.Read
 // it, or it would fetch a trailing commit marker again and again.
 func (c *CommittedRecords) Next() int64 { return c.r.next }
 
-// visibleRecords returns rs as CommittedRecords: rs itself when it is
-// one (a read_committed fetch), else rs read as read_uncommitted, only
-// its control batches dropped (kafka-go's stream hides them too, but then
-// nothing tells the reader their offsets).
-func visibleRecords(rs kafka.RecordReader) *CommittedRecords {
-	if c, ok := rs.(*CommittedRecords); ok {
-		return c
+// AppendTo appends the visible records at or after offset from to out,
+// as Records does, and returns it.
+func (c *CommittedRecords) AppendTo(out []Record, from int64) ([]Record, error) {
+	out, err := Records(c, from, out)
+	if c.r.err != nil && err == nil {
+		err = fmt.Errorf("read records after offset %d: %w", from-1, c.r.err)
+	}
+	return out, err
+}
+
+// visible is a fetch's records as a reader reads them: AppendTo, then
+// Next, the offset past every record or batch read, dropped or not.
+type visible interface {
+	AppendTo(out []Record, from int64) ([]Record, error)
+	Next() int64
+}
+
+// visibleRecords returns rs as visible records: rs itself when it is
+// RawRecords (a Mux's fetch) or CommittedRecords (a read_committed
+// fetch), else rs read as read_uncommitted, only its control batches
+// dropped (kafka-go's stream hides them too, but then nothing tells the
+// reader their offsets).
+func visibleRecords(rs kafka.RecordReader) visible {
+	switch r := rs.(type) {
+	case *RawRecords:
+		return r
+	case *CommittedRecords:
+		return r
 	}
 	return &CommittedRecords{r: newCommittedReader(rs, nil)}
 }
 
 // NextAfter returns the offset to fetch after reading rs from next:
-// CommittedRecords.Next when rs is one and it is further.
+// the Next of RawRecords or CommittedRecords when rs is one and it is
+// further.
 func NextAfter(rs kafka.RecordReader, next int64) int64 {
-	if c, ok := rs.(*CommittedRecords); ok {
-		return max(next, c.Next())
+	switch r := rs.(type) {
+	case *RawRecords:
+		return max(next, r.Next())
+	case *CommittedRecords:
+		return max(next, r.Next())
 	}
 	return next
 }

@@ -79,6 +79,8 @@ type MetadataClient interface {
 type Mux struct {
 	c  *kafka.Client
 	rt kafka.RoundTripper
+	// clientID is the client id of the client's kafka.Transport.
+	clientID string
 	// committed: read_committed (NewCommittedMux).
 	committed bool
 
@@ -125,7 +127,7 @@ type completion struct {
 	broker int32
 	batch  []*waiter
 	long   bool
-	res    *fetchapi.Response
+	res    *MuxResponse
 	err    error
 }
 
@@ -153,11 +155,27 @@ func newMux(c *kafka.Client, committed bool) *Mux {
 		rt = kafka.DefaultTransport
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Mux{c: c, rt: rt, committed: committed, ctx: ctx, cancel: cancel, in: make(chan *waiter), done: make(chan completion),
+	m := &Mux{c: c, rt: rt, clientID: clientIDOf(rt), committed: committed, ctx: ctx, cancel: cancel, in: make(chan *waiter), done: make(chan completion),
 		leaders: map[topicPartition]int32{}, topics: map[string]bool{}}
 	m.wg.Add(1)
 	go m.loop()
 	return m
+}
+
+// clientIDOf is the ClientID of the kafka.Transport that rt is or wraps
+// (a wrapper names it with Unwrap); "" when none.
+func clientIDOf(rt kafka.RoundTripper) string {
+	for range 8 {
+		switch t := rt.(type) {
+		case *kafka.Transport:
+			return t.ClientID
+		case interface{ Unwrap() kafka.RoundTripper }:
+			rt = t.Unwrap()
+		default:
+			return ""
+		}
+	}
+	return ""
 }
 
 // Close stops the Mux and waits for its goroutines; fetches in flight and
@@ -367,14 +385,14 @@ func (m *Mux) send(broker int32, batch []*waiter, long bool) {
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, timeout+maxWait)
 	defer cancel()
-	req := &fetchapi.Request{
+	req := &MuxRequest{ClientID: m.clientID, Request: fetchapi.Request{
 		ReplicaID:    -1,
 		MaxWaitTime:  int32(min(maxWait/time.Millisecond, math.MaxInt32)),
 		MinBytes:     1,
 		MaxBytes:     ResponseMaxBytes,
 		SessionID:    -1,
 		SessionEpoch: -1,
-	}
+	}}
 	if m.committed {
 		req.IsolationLevel = int8(kafka.ReadCommitted)
 	}
@@ -398,10 +416,10 @@ func (m *Mux) send(broker int32, batch []*waiter, long bool) {
 	msg, err := m.rt.RoundTrip(ctx, m.c.Addr, req)
 	if err != nil {
 		c.err = err
-	} else if res, ok := msg.(*fetchapi.Response); ok {
+	} else if res, ok := msg.(*MuxResponse); ok {
 		c.res = res
 	} else {
-		c.err = fmt.Errorf("fetch: unexpected response %T", msg)
+		c.err = fmt.Errorf("fetch: unexpected response %T (a transport that wraps the client's must pass a MuxRequest on)", msg)
 	}
 	select {
 	case m.done <- c:
@@ -425,7 +443,7 @@ func (b *brokerState) answer(c completion) (stale bool) {
 		}
 		return true
 	}
-	parts := make(map[topicPartition]*fetchapi.ResponsePartition, len(c.batch))
+	parts := make(map[topicPartition]*MuxPartition, len(c.batch))
 	for i := range c.res.Topics {
 		t := &c.res.Topics[i]
 		for j := range t.Partitions {
@@ -454,7 +472,9 @@ func (b *brokerState) answer(c completion) (stale bool) {
 				HighWatermark:    end,
 				LastStableOffset: p.LastStableOffset,
 				LogStartOffset:   p.LogStartOffset,
-				Records:          p.RecordSet.Records,
+			}
+			if len(p.Records) > 0 {
+				res.Records = NewRawRecords(p.Records, abortedIf(b.committed, p))
 			}
 			if p.ErrorCode != 0 {
 				res.Error = kafka.Error(p.ErrorCode)
@@ -479,16 +499,7 @@ func (b *brokerState) answer(c completion) (stale bool) {
 				b.parked = append(b.parked, w)
 				continue
 			}
-			res.Records = kafka.NewRecordReader()
-		}
-		if res.Records != nil {
-			var aborted []Aborted
-			if b.committed {
-				aborted = abortedOf(p)
-			}
-			// Aborted batches (read_committed) and control records
-			// dropped, the reader's offset past them.
-			res.Records = &CommittedRecords{r: newCommittedReader(res.Records, aborted)}
+			res.Records = NewRawRecords(nil, nil)
 		}
 		w.res <- result{res: res}
 	}
@@ -496,6 +507,14 @@ func (b *brokerState) answer(c completion) (stale bool) {
 		b.waiting = append(front, b.waiting...)
 	}
 	return stale
+}
+
+// abortedIf is p's aborted transactions under read_committed.
+func abortedIf(committed bool, p *MuxPartition) []Aborted {
+	if !committed {
+		return nil
+	}
+	return p.Aborted
 }
 
 // maxStarved is how many responses in a row may leave a partition out

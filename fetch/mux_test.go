@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
-	fetchapi "github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -24,7 +22,7 @@ type countingTransport struct {
 }
 
 func (c *countingTransport) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
-	if f, ok := req.(*fetchapi.Request); ok {
+	if f, ok := req.(*MuxRequest); ok {
 		c.fetches.Add(1)
 		for _, t := range f.Topics {
 			c.parts.Add(int64(len(t.Partitions)))
@@ -168,8 +166,8 @@ func testWaiter(p int, offset int64) *waiter {
 		tp: topicPartition{"t", p}, res: make(chan result, 1)}
 }
 
-func oneRecord(offset int64, v string) protocol.RecordSet {
-	return protocol.RecordSet{Version: 2, Records: kafka.NewRecordReader(kafka.Record{Offset: offset, Value: kafka.NewBytes([]byte(v))})}
+func oneRecord(t *testing.T, offset int64, v string) []byte {
+	return testBatch{base: offset, pid: -1, recs: []testRec{{value: []byte(v)}}}.encode(t, nil)
 }
 
 // TestMuxAnswer: the demultiplexer hands each reader its own partition's
@@ -183,8 +181,8 @@ func TestMuxAnswer(t *testing.T) {
 	w0, w1, w2, w3 := testWaiter(0, 5), testWaiter(1, 7), testWaiter(2, 3), testWaiter(3, 1)
 	queued := testWaiter(9, 0)
 	b := &brokerState{waiting: []*waiter{queued}, inflight: 1}
-	res := &fetchapi.Response{Topics: []fetchapi.ResponseTopic{{Topic: "t", Partitions: []fetchapi.ResponsePartition{
-		{Partition: 0, HighWatermark: 6, RecordSet: oneRecord(5, "zero")},
+	res := &MuxResponse{Topics: []MuxTopic{{Topic: "t", Partitions: []MuxPartition{
+		{Partition: 0, HighWatermark: 6, Records: oneRecord(t, 5, "zero")},
 		{Partition: 1, HighWatermark: 9}, // starved: records at 7 and 8
 		{Partition: 2, HighWatermark: 3}, // nothing to read
 		{Partition: 3, HighWatermark: 4, ErrorCode: 6 /* NOT_LEADER_OR_FOLLOWER */},
@@ -227,7 +225,7 @@ func TestMuxAnswer(t *testing.T) {
 
 	// A long poll that found t-2 empty answers it with no records.
 	b = &brokerState{inflight: 1, long: true}
-	b.answer(completion{batch: []*waiter{w2}, long: true, res: &fetchapi.Response{Topics: []fetchapi.ResponseTopic{{Topic: "t", Partitions: []fetchapi.ResponsePartition{{Partition: 2, HighWatermark: 3}}}}}})
+	b.answer(completion{batch: []*waiter{w2}, long: true, res: &MuxResponse{Topics: []MuxTopic{{Topic: "t", Partitions: []MuxPartition{{Partition: 2, HighWatermark: 3}}}}}})
 	select {
 	case r := <-w2.res:
 		if r.err != nil || r.res.Records == nil {

@@ -103,12 +103,12 @@ func (r *Reader) Fetch(ctx context.Context) ([]Record, error) {
 	// the control batches (a transaction's COMMIT or ABORT marker), or a
 	// partition whose log ends with a marker is never read to its end.
 	rs := visibleRecords(res.Records)
-	out, err := Records(rs, r.Next, make([]Record, 0, r.lastN))
+	out, err := rs.AppendTo(make([]Record, 0, r.lastN), r.Next)
 	if len(out) > 0 {
 		r.Next = out[len(out)-1].Offset + 1
 		r.lastN = len(out)
 	}
-	r.Next = NextAfter(rs, r.Next) // past dropped records and markers (isolation.go)
+	r.Next = max(r.Next, rs.Next()) // past dropped records and markers (isolation.go)
 	if err != nil {
 		return out, fmt.Errorf("fetch %s-%d: %w", r.Topic, r.Partition, err)
 	}

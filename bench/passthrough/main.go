@@ -100,6 +100,10 @@ func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, o
 		return err
 	}
 	defer w.Close()
+	// join's read path: one Fetch per broker for every partition
+	// (fetch.Mux), its records decoded by fetch.RawRecords.
+	mux := fetch.NewMux(client)
+	defer mux.Close()
 	fmt.Printf("ready %d\n", time.Now().UnixMilli())
 	var wg sync.WaitGroup
 	errs := make(chan error, len(md.Topics[0].Partitions))
@@ -107,7 +111,7 @@ func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, o
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- copyPartition(ctx, client, w, input, output, p.ID, maxWait, pad)
+			errs <- copyPartition(ctx, mux, w, input, output, p.ID, maxWait, pad)
 		}()
 	}
 	wg.Wait()
@@ -120,7 +124,7 @@ func copyAll(ctx context.Context, client *kafka.Client, addrs []string, input, o
 	return ctx.Err()
 }
 
-func copyPartition(ctx context.Context, client *kafka.Client, w *produce.Producer, topic, output string, p int, maxWait time.Duration, pad int) error {
+func copyPartition(ctx context.Context, client fetch.Client, w *produce.Producer, topic, output string, p int, maxWait time.Duration, pad int) error {
 	r := fetch.NewReader(client, topic, p, -1, maxWait, nil) // join's reader
 	// As join's prefetch: one goroutine fetches ahead (one batch buffered)
 	// while the previous batch is written.
