@@ -119,16 +119,7 @@ func (rr *RawRecords) ReadRecord() (*kafka.Record, error) {
 func (rr *RawRecords) AppendTo(out []Record, from int64) ([]Record, error) {
 	d := batchDecoder{from: from, next: rr.next}
 	if len(rr.aborted) > 0 {
-		d.aborted = slices.Clone(rr.aborted)
-		slices.SortFunc(d.aborted, func(a, b Aborted) int {
-			switch {
-			case a.FirstOffset < b.FirstOffset:
-				return -1
-			case a.FirstOffset > b.FirstOffset:
-				return 1
-			}
-			return 0
-		})
+		d.aborted = sortedAborted(rr.aborted)
 		d.open = map[int64]struct{}{}
 	}
 	out, err := d.decode(rr.b, out)

@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -205,19 +206,18 @@ func newCommittedReader(rs kafka.RecordReader, aborted []Aborted) *committedRead
 		r.batches = []kafka.RecordReader{rs}
 	}
 	if len(aborted) > 0 {
-		r.aborted = slices.Clone(aborted)
-		slices.SortFunc(r.aborted, func(a, b Aborted) int {
-			switch {
-			case a.FirstOffset < b.FirstOffset:
-				return -1
-			case a.FirstOffset > b.FirstOffset:
-				return 1
-			}
-			return 0
-		})
+		r.aborted = sortedAborted(aborted)
 		r.open = make(map[int64]struct{})
 	}
 	return r
+}
+
+// sortedAborted returns a copy of aborted in the order of their first
+// offsets.
+func sortedAborted(aborted []Aborted) []Aborted {
+	out := slices.Clone(aborted)
+	slices.SortFunc(out, func(a, b Aborted) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+	return out
 }
 
 // ReadRecord returns the next visible record, or io.EOF.
