@@ -98,11 +98,8 @@ func visibleRecords(rs kafka.RecordReader) visible {
 // the Next of RawRecords or CommittedRecords when rs is one and it is
 // further.
 func NextAfter(rs kafka.RecordReader, next int64) int64 {
-	switch r := rs.(type) {
-	case *RawRecords:
-		return max(next, r.Next())
-	case *CommittedRecords:
-		return max(next, r.Next())
+	if v, ok := rs.(visible); ok {
+		return max(next, v.Next())
 	}
 	return next
 }
