@@ -162,20 +162,30 @@ func newMux(c *kafka.Client, committed bool) *Mux {
 	return m
 }
 
-// clientIDOf is the ClientID of the kafka.Transport that rt is or wraps
-// (a wrapper names it with Unwrap); "" when none.
+// clientIDOf is the ClientID of the kafka.Transport that rt is or wraps;
+// "" when none.
 func clientIDOf(rt kafka.RoundTripper) string {
+	if t := TransportOf(rt); t != nil {
+		return t.ClientID
+	}
+	return ""
+}
+
+// TransportOf returns the *kafka.Transport that rt is or wraps (a
+// wrapper names the transport it wraps with Unwrap), nil when none: its
+// TLS, SASL and client id are what a connection of one's own dials with.
+func TransportOf(rt kafka.RoundTripper) *kafka.Transport {
 	for range 8 {
 		switch t := rt.(type) {
 		case *kafka.Transport:
-			return t.ClientID
+			return t
 		case interface{ Unwrap() kafka.RoundTripper }:
 			rt = t.Unwrap()
 		default:
-			return ""
+			return nil
 		}
 	}
-	return ""
+	return nil
 }
 
 // Close stops the Mux and waits for its goroutines; fetches in flight and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/joiner-dev/joiner/fetch"
 	"strings"
 	"sync"
 	"time"
@@ -303,20 +304,12 @@ type dialCounter struct {
 
 func newDialCounter(cl *kafka.Client) (*dialCounter, error) {
 	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
-	rt := cl.Transport
-	for range 8 { // a wrapper (node's limiter) names the transport it wraps
-		u, ok := rt.(interface{ Unwrap() kafka.RoundTripper })
-		if !ok {
-			break
-		}
-		rt = u.Unwrap()
-	}
-	switch tr := rt.(type) {
-	case nil:
-	case *kafka.Transport:
+	switch tr := fetch.TransportOf(cl.Transport); {
+	case cl.Transport == nil:
+	case tr != nil:
 		d.TLS, d.SASLMechanism, d.ClientID = tr.TLS, tr.SASL, tr.ClientID
 	default:
-		return nil, fmt.Errorf("join: Config.Client's Transport is a %T; the partition counts are read over a connection of their own and need a *kafka.Transport (its TLS and SASL settings), or a wrapper whose Unwrap returns one", tr)
+		return nil, fmt.Errorf("join: Config.Client's Transport is a %T; the partition counts are read over a connection of their own and need a *kafka.Transport (its TLS and SASL settings), or a wrapper whose Unwrap returns one", cl.Transport)
 	}
 	if cl.Addr == nil {
 		return nil, errors.New("join: Config.Client has no Addr")
